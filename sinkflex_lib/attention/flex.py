@@ -1,0 +1,68 @@
+"""FlexAttention backend: block-sparse fused attention that also returns the LSE.
+
+`flex_attention(q, k, v, block_mask=SinkMask.block_mask(...), return_aux=AuxRequest(lse=True))`
+gives z and l; the sink is then applied as an output scale (`sink_scale`). On CUDA the
+FlexAttention call is wrapped in torch.compile (one compiled kernel per shape, forward and
+backward generated together); the LSE stays in float32.
+
+Platform facts (torch 2.13): on the CPU, FlexAttention has no backward ("FlexAttention does
+not support backward on CPU"); uncompiled, it runs forward and returns the LSE. So on the CPU
+this backend serves forward checks and the blocked backend trains.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
+from torch.nn.attention.flex_attention import flex_attention as _flex_attention
+
+from .mask import SinkMask
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex():
+    return torch.compile(_flex_attention, dynamic=False)
+
+
+def flex_block_mask(mask: SinkMask, n_q: int, n_k: int, device, key_padding_mask=None):
+    """The BlockMask for `mask`; broadcast over batch and heads (B=None, H=None) unless a key
+    padding mask (B, Nk) makes it batch-dependent, in which case B is the batch size."""
+    if key_padding_mask is None:
+        return mask.block_mask(n_q, n_k, device=device)
+    offset = n_k - n_q
+    kpm = key_padding_mask
+
+    def padded_mask_mod(b, h, q_idx, kv_idx):
+        return mask.visible(q_idx + offset, kv_idx) & kpm[b, kv_idx]
+
+    return create_block_mask(padded_mask_mod, B=kpm.shape[0], H=None, Q_LEN=n_q, KV_LEN=n_k,
+                             device=device)
+
+
+def flex_attention(q, k, v, mask: SinkMask, scale: float, key_padding_mask=None):
+    """Returns (z (B, Hq, Nq, D) in q's dtype, lse (B, Hq, Nq) float32, float64 for float64 q).
+
+    Rows that see no key give z = 0 and lse = -inf.
+    """
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and q.device.type != "cuda":
+        raise NotImplementedError(
+            "backend='flex' has no backward off CUDA (FlexAttention's CPU path is forward-only); "
+            "use backend='blocked' to train on the CPU, or run under torch.no_grad()")
+    if q.device.type != "cuda":  # FlexAttention checks requires_grad even under no_grad
+        q, k, v = q.detach(), k.detach(), v.detach()
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    block_mask = flex_block_mask(mask, n_q, n_k, q.device, key_padding_mask)
+    kwargs = dict(block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1],
+                  return_aux=AuxRequest(lse=True))
+    if q.device.type == "cuda":
+        z, aux = _compiled_flex()(q, k, v, **kwargs)
+    else:  # the unfused CPU reference warns that it is unfused: known, and only for checks
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            z, aux = _flex_attention(q, k, v, **kwargs)
+    lse = aux.lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
+    return z, lse
