@@ -1,0 +1,168 @@
+"""Run every notebook headlessly with Papermill and write a manifest of the run.
+
+    python -m sinkflex_lib.reproduce --profile cpu            # what `make reproduce` runs
+    python -m sinkflex_lib.reproduce --profile smoke --only 01,02
+    python -m sinkflex_lib.reproduce --profile cpu --update-notebooks   # refresh committed outputs
+
+Executed copies go to papermill_runs/<profile>/, with manifest.json: git commit, package
+versions, device, and each notebook's wall time, status and parameters. The profile reaches
+each notebook through SINKFLEX_PROFILE, which the first line of its `parameters` cell reads,
+so the executed notebooks carry no injected cell. A failing cell stops the run with an error
+naming the notebook and the cell, and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+RUNS_DIR = REPO_ROOT / "papermill_runs"
+PROFILES = ("smoke", "cpu", "gpu")
+PACKAGES = ("torch", "transformers", "trl", "peft", "gymnasium", "papermill", "nbval", "numpy",
+            "matplotlib", "seaborn", "jupyterlab", "sinkflex-lib")
+
+
+def find_notebooks(only: list[str] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """Notebooks in run order; `only` filters by name prefix (e.g. ["01", "03"])."""
+    notebooks = sorted(Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        unknown = [p for p in only if not any(nb.name.startswith(p) for nb in notebooks)]
+        if unknown:
+            names = ", ".join(nb.name for nb in notebooks)
+            raise SystemExit(f"--only: no notebook starts with {unknown}; have: {names}")
+        notebooks = [nb for nb in notebooks if any(nb.name.startswith(p) for p in only)]
+    return notebooks
+
+
+def notebook_parameters(path: Path, profile: str) -> dict:
+    """The literals of the notebook's `parameters` cell, evaluated for `profile`."""
+    cells = json.loads(path.read_text())["cells"]
+    source = next(("".join(c["source"]) for c in cells
+                   if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if source is None:
+        raise SystemExit(f"{path.name}: no cell tagged 'parameters'")
+    old = os.environ.get("SINKFLEX_PROFILE")
+    os.environ["SINKFLEX_PROFILE"] = profile
+    try:
+        namespace: dict = {}
+        exec(compile(source, f"{path.name}:parameters", "exec"), namespace)
+    finally:
+        if old is None:
+            os.environ.pop("SINKFLEX_PROFILE")
+        else:
+            os.environ["SINKFLEX_PROFILE"] = old
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and isinstance(v, (str, int, float, bool, list, dict, tuple, type(None)))}
+
+
+def device_description() -> dict:
+    import torch
+
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_commit() -> dict:
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
+
+
+def package_versions() -> dict:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def run(profile: str, only: list[str] | None = None, update_notebooks: bool = False,
+        kernel: str = "python3", notebooks_dir: Path = NOTEBOOKS_DIR, runs_dir: Path = RUNS_DIR) -> Path:
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    if profile not in PROFILES:
+        raise SystemExit(f"--profile must be one of {PROFILES}, got {profile!r}")
+    notebooks = find_notebooks(only, notebooks_dir)
+    if not notebooks:
+        raise SystemExit(f"no notebooks found in {notebooks_dir}")
+    out_dir = Path(runs_dir) / profile
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"profile": profile, "git": git_commit(), "packages": package_versions(),
+                "device": device_description(), "notebooks": []}
+    os.environ["SINKFLEX_PROFILE"] = profile
+    total_start = time.perf_counter()
+    for i, nb in enumerate(notebooks, 1):
+        print(f"[{i}/{len(notebooks)}] {nb.name} (profile {profile}) ...", flush=True)
+        entry = {"notebook": nb.name, "parameters": notebook_parameters(nb, profile)}
+        start = time.perf_counter()
+        try:
+            papermill.execute_notebook(str(nb), str(out_dir / nb.name), kernel_name=kernel,
+                                       cwd=str(notebooks_dir), progress_bar=False, log_output=False)
+        except PapermillExecutionError as err:
+            entry.update(status="failed", wall_seconds=round(time.perf_counter() - start, 2),
+                         error=f"cell {err.cell_index} (execution count {err.exec_count}): "
+                               f"{err.ename}: {err.evalue}")
+            manifest["notebooks"].append(entry)
+            _write_manifest(out_dir, manifest, total_start)
+            print(f"FAILED {nb.name}, cell {err.cell_index} (execution count {err.exec_count}): "
+                  f"{err.ename}: {err.evalue}\n  executed copy with the traceback: {out_dir / nb.name}",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        entry.update(status="ok", wall_seconds=round(time.perf_counter() - start, 2))
+        manifest["notebooks"].append(entry)
+        print(f"      done in {entry['wall_seconds']:.1f} s", flush=True)
+        if update_notebooks:
+            shutil.copyfile(out_dir / nb.name, nb)
+    path = _write_manifest(out_dir, manifest, total_start)
+    print(f"all {len(notebooks)} notebooks ran; manifest: {path}", flush=True)
+    return path
+
+
+def _write_manifest(out_dir: Path, manifest: dict, start: float) -> Path:
+    manifest["total_wall_seconds"] = round(time.perf_counter() - start, 2)
+    path = out_dir / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default=os.environ.get("SINKFLEX_PROFILE", "cpu"), choices=PROFILES)
+    parser.add_argument("--only", default="", help="comma-separated notebook prefixes, e.g. 01,03")
+    parser.add_argument("--update-notebooks", action="store_true",
+                        help="copy the executed notebooks back over notebooks/ (commit the cpu run)")
+    parser.add_argument("--kernel", default="python3")
+    args = parser.parse_args(argv)
+    only = [p.strip() for p in args.only.split(",") if p.strip()] or None
+    run(args.profile, only=only, update_notebooks=args.update_notebooks, kernel=args.kernel)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The Papermill runner: progress, manifest, and a clear failure naming notebook and cell."""
+
+import json
+
+import nbformat
+import pytest
+
+from sinkflex_lib import reproduce
+
+
+def write_notebook(path, body):
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('import os\nPROFILE = os.environ.get("SINKFLEX_PROFILE", "cpu")\nN = 3')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_runs_notebooks_and_writes_a_manifest(tmp_path, capsys):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    write_notebook(nbs / "01_a.ipynb", "print(PROFILE, N * 2)")
+    write_notebook(nbs / "02_b.ipynb", "assert PROFILE == 'smoke'")
+    path = reproduce.run("smoke", notebooks_dir=nbs, runs_dir=tmp_path / "runs")
+    manifest = json.loads(path.read_text())
+    assert [e["notebook"] for e in manifest["notebooks"]] == ["01_a.ipynb", "02_b.ipynb"]
+    assert all(e["status"] == "ok" for e in manifest["notebooks"])
+    assert manifest["notebooks"][0]["parameters"] == {"PROFILE": "smoke", "N": 3}
+    assert manifest["packages"]["torch"].startswith("2.13")
+    assert "commit" in manifest["git"] and "cpu" in manifest["device"]
+    executed = nbformat.read(tmp_path / "runs" / "smoke" / "01_a.ipynb", as_version=4)
+    assert executed.cells[1].outputs[0]["text"] == "smoke 6\n"
+    assert "[2/2] 02_b.ipynb" in capsys.readouterr().out
+
+
+def test_failure_names_notebook_and_cell_and_exits_nonzero(tmp_path, capsys):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    write_notebook(nbs / "01_bad.ipynb", "raise RuntimeError('boom')")
+    with pytest.raises(SystemExit) as exc:
+        reproduce.run("smoke", notebooks_dir=nbs, runs_dir=tmp_path / "runs")
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "FAILED 01_bad.ipynb, cell 1" in err and "RuntimeError: boom" in err
+    manifest = json.loads((tmp_path / "runs" / "smoke" / "manifest.json").read_text())
+    assert manifest["notebooks"][0]["status"] == "failed"
+
+
+def test_bad_profile_and_unknown_notebook_are_refused(tmp_path):
+    with pytest.raises(SystemExit, match="--profile must be one of"):
+        reproduce.run("laptop", notebooks_dir=tmp_path)
+    with pytest.raises(SystemExit, match="--only"):
+        reproduce.find_notebooks(["99"], notebooks_dir=tmp_path)
