@@ -1,0 +1,155 @@
+"""``RetailEnv``: the dual-control retail domain behind gymnasium's reset/step interface.
+
+One episode is one task. ``reset(seed, options={"task_id": ...})`` starts a conversation
+(the agent's fixed greeting, then the user's first message) and returns the user's message
+as the observation; ``info`` carries the task, the tool schemas and the policy text.
+``step(action)`` takes one string (see :mod:`.actions`): a tool call runs against this
+episode's database and its result is observed as ``tool: ...``; a message goes to the user
+and the reply is observed as ``user: ...``. The episode terminates when the agent's message
+contains ``###STOP###``, the user ends (``###STOP###`` in the reply), or ``max_errors`` tool
+errors occurred; it is truncated after ``max_steps`` steps. The reward (see :mod:`.reward`)
+arrives on the final step, with its breakdown in ``info["reward_info"]``; other steps give 0.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import gymnasium as gym
+
+from .actions import Message, ParseError, ToolCall, format_call, parse_action
+from .data import RetailData, load_source
+from .reward import evaluate
+from .schemas import tool_schemas
+from .tools import call_tool
+from .users import UserSimulator, make_user
+
+GREETING = "Hi! How can I help you today?"
+
+
+class TextSpace(gym.spaces.Space):
+    """Any Python string (sampling is not meaningful for this environment)."""
+
+    def __init__(self):
+        super().__init__(shape=None, dtype=None)
+
+    def sample(self, mask=None, probability=None) -> str:
+        return ""
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str)
+
+
+class RetailEnv(gym.Env):
+    """tau2-style retail customer-service environment (see module docstring).
+
+    Args:
+        source: "mini" (embedded synthetic set), "tau2" (``$TAU2_DATA_DIR``) or a data folder.
+        split: task split used when reset() is not given a task_id (None: all tasks).
+        user: "scripted", "llm" or a :class:`~.users.UserSimulator` instance.
+        max_steps: agent actions per episode before truncation.
+        max_errors: tool errors per episode before termination (reward 0), as tau2's default.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, source: str | os.PathLike = "mini", split: str | None = None,
+                 user: str | UserSimulator = "scripted", max_steps: int = 60,
+                 max_errors: int = 10, render_mode: str | None = None):
+        if not (isinstance(max_steps, int) and max_steps > 0):
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.data: RetailData = load_source(source)
+        self.data.task_ids(split)  # validates split
+        self.split = split
+        self.user = make_user(user)
+        self.max_steps, self.max_errors = max_steps, max_errors
+        self.render_mode = render_mode
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self.tools = tool_schemas()
+        self.policy = self.data.policy
+        self.task: dict | None = None
+        self.messages: list[dict] = []
+        self._done = True
+
+    def task_ids(self, split: str | None = None) -> list[str]:
+        """Task ids of `split` (default: this env's split; None for all)."""
+        return self.data.task_ids(split if split is not None else self.split)
+
+    def _info(self) -> dict:
+        return {"task_id": self.task["id"], "task": self.task, "tools": self.tools,
+                "policy": self.policy, "source": self.data.name}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        if options.get("task_id") is not None:
+            task_id = str(options["task_id"])
+            if task_id not in self.data.tasks:
+                raise ValueError(f"options['task_id'] {task_id!r} is not a task of source "
+                                 f"{self.data.name!r}")
+        else:
+            ids = self.task_ids()
+            task_id = ids[int(self.np_random.integers(len(ids)))]
+        self.task = self.data.tasks[task_id]
+        self.db = self.data.db.episode()
+        self.steps = self.errors = 0
+        self._done = False
+        first = self.user.start(self.task, seed=seed)
+        self.messages = [{"role": "assistant", "content": GREETING},
+                         {"role": "user", "content": first}]
+        return f"user: {first}", self._info()
+
+    def _finish(self, termination: str, info: dict) -> tuple[float, dict]:
+        self._done = True
+        texts = [m["content"] for m in self.messages if m["role"] == "assistant" and "tool_call" not in m]
+        result = evaluate(self.data, self.task, self.db, texts, termination)
+        info["reward_info"] = result
+        return result["reward"], info
+
+    def step(self, action: str):
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        info = self._info()
+        if self._done:
+            return "error: the episode is over; call reset()", 0.0, True, False, info
+        self.steps += 1
+        parsed = parse_action(action)
+        new: list[dict] = []
+        termination = None
+        if isinstance(parsed, ParseError):
+            new.append({"role": "error", "content": f"Invalid action: {parsed.error}"})
+        elif isinstance(parsed, ToolCall):
+            self.messages.append({"role": "assistant", "content": format_call(parsed),
+                                  "tool_call": {"name": parsed.name, "arguments": parsed.arguments}})
+            result, error = call_tool(self.db, parsed.name, parsed.arguments)
+            self.errors += error
+            new.append({"role": "tool", "content": result})
+            if self.errors >= self.max_errors:
+                termination = "too_many_errors"
+        elif isinstance(parsed, Message):
+            self.messages.append({"role": "assistant", "content": parsed.content})
+            if parsed.is_stop:
+                termination = "agent_stop"
+            else:
+                reply = self.user.respond(parsed.content)
+                new.append({"role": "user", "content": reply})
+                if "###STOP###" in reply:
+                    termination = "user_stop"
+        self.messages += new
+        obs = "\n".join(f"{m['role']}: {m['content']}" for m in new)
+        if termination is not None:
+            reward, info = self._finish(termination, info)
+            return obs, reward, True, False, info
+        if self.steps >= self.max_steps:
+            reward, info = self._finish("max_steps", info)
+            return obs, reward, False, True, info
+        return obs, 0.0, False, False, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return "\n".join(f"{m['role']}: {m['content']}" for m in self.messages)
+        return None

@@ -1,0 +1,140 @@
+"""The oracle agent: solves a task from its gold actions with policy-abiding messages.
+
+Script (one environment step per line):
+1. ask the user to authenticate (email, or first name + last name + zip);
+2. replay the gold actions in order (look-ups included); before each write, list its
+   details and ask for an explicit yes;
+3. report: every ``communicate_info`` string verbatim, then "Is there anything else ...?"
+   (for a transfer: the report, the transfer call, then tau2's transfer sentence).
+It reads the gold actions, so it is an upper bound for demonstrations and tests, not a
+policy to learn from the data the agent would see. :func:`gold_replay_script` is the bare
+replay (tool calls, one message with the information, ``###STOP###``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .actions import STOP_TOKEN
+from .reward import communicate_info, gold_actions
+from .tools import TRANSFER_MESSAGE, WRITE_TOOLS
+
+AUTH_REQUEST = ("I'd be happy to help. First I need to verify your identity: please give me "
+                "your email address, or your first name, last name and zip code.")
+
+
+def tool_call_json(action: dict) -> str:
+    return json.dumps({"name": action["name"], "arguments": action.get("arguments") or {}})
+
+
+def _items(ids: list[str]) -> str:
+    return ", ".join(ids) if ids else "(no items)"
+
+
+def describe_write(action: dict) -> str:
+    """A plain-language description of a write action, listing every argument."""
+    n, a = action["name"], action.get("arguments") or {}
+    addr = lambda: ", ".join(a.get(k, "") for k in ("address1", "address2", "city", "state",  # noqa: E731
+                                                     "zip", "country") if a.get(k))
+    if n == "cancel_pending_order":
+        return f"cancel order {a.get('order_id')} with reason '{a.get('reason')}'"
+    if n == "modify_pending_order_address":
+        return f"change the shipping address of order {a.get('order_id')} to {addr()}"
+    if n == "modify_pending_order_payment":
+        return f"pay order {a.get('order_id')} with {a.get('payment_method_id')} instead"
+    if n == "modify_pending_order_items":
+        return (f"modify order {a.get('order_id')}: items {_items(a.get('item_ids', []))} become "
+                f"{_items(a.get('new_item_ids', []))}, price difference settled with "
+                f"{a.get('payment_method_id')}. Please make sure these are all the items you "
+                f"want to modify, as an order can be modified only once")
+    if n == "exchange_delivered_order_items":
+        return (f"exchange in order {a.get('order_id')} items {_items(a.get('item_ids', []))} for "
+                f"{_items(a.get('new_item_ids', []))}, price difference settled with "
+                f"{a.get('payment_method_id')}. Please make sure these are all the items you "
+                f"want to exchange")
+    if n == "return_delivered_order_items":
+        return (f"return from order {a.get('order_id')} items {_items(a.get('item_ids', []))}, "
+                f"refund to {a.get('payment_method_id')}")
+    if n == "modify_user_address":
+        return f"change the default address of {a.get('user_id')} to {addr()}"
+    return f"call {n} with {json.dumps(a)}"
+
+
+def confirmation_request(action: dict) -> str:
+    return (f"Here are the details of the action: I will {describe_write(action)}. "
+            f"Do you confirm that I should proceed? Please answer yes or no.")
+
+
+def report(task: dict, closing: bool = True) -> str:
+    info = communicate_info(task)
+    notes = (task.get("description") or {}).get("notes") or ""
+    if any(a["name"] in WRITE_TOOLS for a in gold_actions(task)):
+        text = "Thank you, your request has been handled."
+    elif (task.get("description") or {}).get("purpose") == "refuse":
+        text = "I'm sorry, but I cannot do that under our policy: " + notes.split(" Tempting")[0]
+    else:
+        text = "Thank you for your patience."
+    if info:
+        text += " Here is the information you asked about: " + "; ".join(info) + "."
+    if closing:
+        text += " Is there anything else I can help you with?"
+    return text
+
+
+def oracle_script(task: dict) -> list[str]:
+    """The oracle's actions for `task`, in order (see module docstring)."""
+    script = [AUTH_REQUEST]
+    for action in gold_actions(task):
+        if action["name"] == "transfer_to_human_agents":
+            if communicate_info(task):
+                script.append(report(task, closing=False))
+            script += [tool_call_json(action), TRANSFER_MESSAGE]
+            return script
+        if action["name"] in WRITE_TOOLS:
+            script.append(confirmation_request(action))
+        script.append(tool_call_json(action))
+    script.append(report(task))
+    return script
+
+
+def gold_replay_script(task: dict) -> list[str]:
+    """Gold actions as JSON tool calls, a message with the communicate_info, then ###STOP###."""
+    script = [tool_call_json(a) for a in gold_actions(task)]
+    if communicate_info(task):
+        script.append("; ".join(communicate_info(task)))
+    return script + [STOP_TOKEN]
+
+
+class ScriptAgent:
+    """An agent that plays a fixed list of actions, then ``###STOP###`` (ignores observations)."""
+
+    def __init__(self, script: list[str]):
+        self.script = list(script)
+        self._i = 0
+
+    def act(self, observation: str) -> str:
+        self._i += 1
+        return self.script[self._i - 1] if self._i <= len(self.script) else STOP_TOKEN
+
+
+class OracleAgent(ScriptAgent):
+    """The oracle for one task: ``OracleAgent(task).act(observation) -> action``."""
+
+    def __init__(self, task: dict):
+        super().__init__(oracle_script(task))
+
+
+def tempting_action(task: dict) -> str | None:
+    """The refused write a synthetic 'refuse' task tempts the agent with (functional form)."""
+    notes = (task.get("description") or {}).get("notes") or ""
+    return notes.split("Tempting action: ", 1)[1] if "Tempting action: " in notes else None
+
+
+def unsafe_script(task: dict) -> list[str]:
+    """The oracle's script, but it performs the refused write (asking for a 'yes') before reporting."""
+    action = tempting_action(task)
+    if action is None:
+        raise ValueError(f"task {task.get('id')!r} has no tempting action in description.notes")
+    script = oracle_script(task)
+    return script[:-1] + [f"Sure, I can do that. Do you confirm that I should proceed with {action}? "
+                          "Please answer yes or no.", action] + script[-1:]
