@@ -1,0 +1,55 @@
+"""Tables next to the figures: a list of row dicts saved as <figures>/<name>.csv and <name>.md,
+in the same folder as `save_figure` (figures/ for the cpu profile, figures/<profile>/ otherwise).
+
+No timestamps and a fixed float format, so a rerun that computes the same numbers writes the
+same bytes. Markdown is written by hand (pandas' to_markdown needs the optional `tabulate`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from .plotting import figures_dir
+
+
+def _fmt(value, floatfmt: str) -> str:
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    if isinstance(value, float):
+        return "n/a" if math.isnan(value) else format(value, floatfmt)
+    return str(value)
+
+
+def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt: str = ".2e") -> str:
+    """A GitHub-flavoured Markdown table of `rows` (list of dicts) over `columns` (default: the
+    first row's keys). Floats use `floatfmt`; NaN prints as n/a."""
+    if not rows:
+        raise ValueError("rows must hold at least one row")
+    columns = list(rows[0]) if columns is None else list(columns)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(_fmt(row.get(c), floatfmt) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def save_table(rows: list[dict], name: str, columns: list[str] | None = None, floatfmt: str = ".2e",
+               directory: str | Path | None = None) -> tuple[Path, Path]:
+    """Write `rows` as <directory or plotting.figures_dir()>/<name>.csv (full precision) and <name>.md
+    (floats formatted with floatfmt). Returns the two paths."""
+    if not name or "/" in name or "." in name:
+        raise ValueError(f"name must be a bare file stem such as 'backend_errors', got {name!r}")
+    if not rows:
+        raise ValueError("rows must hold at least one row")
+    columns = list(rows[0]) if columns is None else list(columns)
+    out_dir = Path(directory) if directory is not None else figures_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out_dir / f"{name}.csv", out_dir / f"{name}.md"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: ("" if row.get(c) is None else row.get(c)) for c in columns})
+    md_path.write_text(markdown_table(rows, columns, floatfmt))
+    return csv_path, md_path

@@ -1,0 +1,37 @@
+"""save_table / markdown_table: fixed formatting, CSV at full precision."""
+
+import csv
+import math
+
+import pytest
+
+from sinkflex_lib.tables import markdown_table, save_table
+
+ROWS = [dict(name="a", n=3, err=1.234e-7, ok=True), dict(name="b", n=10, err=math.nan, ok=False)]
+
+
+def test_markdown_table():
+    assert markdown_table(ROWS) == ("| name | n | err | ok |\n|---|---|---|---|\n"
+                                    "| a | 3 | 1.23e-07 | True |\n| b | 10 | n/a | False |\n")
+    assert markdown_table(ROWS, ["err", "name"], floatfmt=".1f") == (
+        "| err | name |\n|---|---|\n| 0.0 | a |\n| n/a | b |\n")
+
+
+def test_save_table(tmp_path):
+    csv_path, md_path = save_table(ROWS, "t", directory=tmp_path)
+    assert csv_path.name == "t.csv" and md_path.name == "t.md"
+    with open(csv_path) as f:
+        back = list(csv.DictReader(f))
+    assert back[0]["err"] == repr(1.234e-7) and back[1]["name"] == "b"
+    assert md_path.read_text() == markdown_table(ROWS)
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "x.md"])
+def test_bad_name(tmp_path, name):
+    with pytest.raises(ValueError, match="name"):
+        save_table(ROWS, name, directory=tmp_path)
+
+
+def test_empty_rows(tmp_path):
+    with pytest.raises(ValueError, match="rows"):
+        markdown_table([])
