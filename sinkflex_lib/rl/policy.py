@@ -1,0 +1,122 @@
+"""Policies: a small gpt-oss on our sink attention with the project tokenizer, or a local HF model.
+
+`build_policy("tiny")` (or "micro", for tests and smoke runs) makes a randomly initialised
+`GptOssForCausalLM` (learned sinks, alternating sliding / full layers, mixture of experts)
+whose vocabulary is the project tokenizer's (data/tokenizer/, see :mod:`.chat`), running on
+the "sinkflex" attention (blocked backend on CPU, flex on CUDA).
+`build_policy(path)` loads a local Hugging Face causal-LM directory and its tokenizer (and
+chat template), optionally wrapping the model in a LoRA adapter through peft.
+
+The reference policy for the KL term is the starting weights: `reference_logits_context`
+gives a context in which the policy computes reference log-probs (for LoRA: the adapter
+disabled; otherwise a frozen copy of the starting weights made by `Policy.freeze_reference`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..models import build_gpt_oss, ensure_registered, gpt_oss_config
+from .chat import SPECIAL_TOKENS, build_tokenizer
+
+# Model shapes for the project tokenizer (vocab set from the tokenizer).
+POLICY_PRESETS = {
+    # tests and the smoke profile: ~0.1M parameters plus embeddings
+    "micro": dict(hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
+                  sliding_window=64),
+    # the cpu profile's policy: gpt-oss "small" shape, ~1.2M parameters plus embeddings
+    "tiny": dict(hidden_size=128, intermediate_size=128, num_hidden_layers=4, num_attention_heads=8,
+                 num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                 sliding_window=128),
+}
+
+
+@dataclass
+class Policy:
+    """A causal LM, its tokenizer and the token ids the rollout worker needs."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    lora: bool = False
+    reference: torch.nn.Module | None = field(default=None, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def token_id(self, token: str) -> int:
+        i = self.tokenizer.convert_tokens_to_ids(token)
+        if i is None or i == self.tokenizer.unk_token_id:
+            raise KeyError(f"token {token!r} is not in the tokenizer of policy {self.name!r}")
+        return int(i)
+
+    def freeze_reference(self) -> None:
+        """Keep the current weights as the KL reference (a no-op for LoRA: adapter off)."""
+        if not self.lora:
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+
+    @contextlib.contextmanager
+    def reference_model(self):
+        """Context yielding the reference model (starting weights)."""
+        if self.lora:
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            if self.reference is None:
+                raise RuntimeError("call freeze_reference() before asking for the reference model")
+            yield self.reference
+
+
+def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkflex", seed: int = 0,
+                 dtype: torch.dtype = torch.float32, device="cpu", lora: dict | None = None,
+                 tokenizer_dir: str | Path | None = None, **overrides) -> Policy:
+    """A policy: preset name ("tiny", "micro") or a local HF causal-LM directory.
+
+    overrides: GptOssConfig fields for presets (e.g. num_hidden_layers=2).
+    lora: peft LoraConfig keyword arguments (e.g. {"r": 8, "target_modules": [...]}) to wrap
+    the model in a LoRA adapter; the reference policy is then the model with the adapter off.
+    """
+    if name_or_path in POLICY_PRESETS:
+        tok = build_tokenizer(tokenizer_dir) if tokenizer_dir else build_tokenizer()
+        cfg = gpt_oss_config("small", **{**POLICY_PRESETS[name_or_path], "vocab_size": len(tok),
+                                         "pad_token_id": tok.pad_token_id,
+                                         "eos_token_id": tok.eos_token_id,
+                                         "bos_token_id": None, **overrides})
+        model = build_gpt_oss(cfg, attn_implementation=attn_implementation, seed=seed,
+                              dtype=dtype, device=device)
+        name = name_or_path
+    elif Path(str(name_or_path)).is_dir():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        ensure_registered(attn_implementation) if attn_implementation.startswith("sinkflex") else None
+        tok = AutoTokenizer.from_pretrained(name_or_path)
+        missing = [t for t in SPECIAL_TOKENS if t not in tok.get_vocab()]
+        if missing:  # the rollout format needs its role markers; add them as new tokens
+            tok.add_special_tokens({"additional_special_tokens": missing})
+        if tok.pad_token is None:
+            tok.pad_token = SPECIAL_TOKENS[0]
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, attn_implementation=attn_implementation,
+                                                     dtype=dtype).to(device)
+        if len(tok) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tok))
+        name = str(name_or_path)
+    else:
+        raise ValueError(f"name_or_path must be one of {sorted(POLICY_PRESETS)} or an existing local "
+                         f"model directory, got {name_or_path!r}")
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+    return Policy(model, tok, name, lora=bool(lora))
+
+
+def num_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

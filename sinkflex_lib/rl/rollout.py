@@ -1,0 +1,274 @@
+"""The rollout worker: the agent loop over `RetailEnv`, batched, with a KV cache.
+
+verl's rollout contract, one row per episode: token ids, an attention mask, position ids, a
+`mask` that is 1 exactly on the tokens the policy sampled, and the sampling log-probs
+(`old_logp`, 0 where mask is 0). Tokens accumulate turn by turn and are never re-tokenized:
+each observation is tokenized once, on arrival, and appended.
+
+Batching. All rows (the G rollouts of a group, or several groups, or the validation tasks)
+advance in one decode loop over one `DynamicCache`. Each forward feeds every live row the
+tokens it has pending (its new observation, or its last sampled token), left-padded to the
+longest with pad tokens whose attention mask is 0. A row's *layout* is everything fed to
+the cache in order, pads included, with the position ids (pads do not advance positions).
+The trainer scores exactly this layout (same pads, same positions), so the recomputed
+log-probs equal the sampling ones up to float rounding, whatever the attention's sliding
+window does with the pads. Finished rows leave the batch (their cache rows are dropped).
+
+A turn: feed pending -> sample tokens until <|end|> (or `max_new_tokens`: a forced <|end|>
+with mask 0 closes the turn) -> decode the sampled tokens -> env.step(action) -> tokenize
+the observation + <|assistant|> as the next pending tokens. Budgets: `max_turns` (the env's
+max_steps: truncated, scored by the env as tau2 does) and `max_tokens` per row (if the next
+observation plus a full turn would not fit, the episode stops: truncated, reward 0).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..envs import RetailEnv
+from ..envs.actions import ParseError, ToolCall, parse_action
+from .chat import ASSISTANT, END, PAD, compact_system_prompt, render_message, render_observation
+
+
+@dataclass
+class RolloutConfig:
+    max_turns: int = 16            # agent actions per episode (env max_steps)
+    max_tokens: int = 2048         # real tokens per episode (prompt + responses + observations)
+    max_new_tokens: int = 64       # sampled tokens per agent turn
+    temperature: float = 1.0
+    source: str = "mini"
+
+
+@dataclass
+class Rollout:
+    task_id: str
+    seed: int
+    ids: list[int] = field(default_factory=list)
+    attn: list[int] = field(default_factory=list)
+    pos: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    old_logp: list[float] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    end_reason: str = ""
+    tool_calls: int = 0
+    tool_errors: int = 0           # tool calls whose result is an "Error: ..." string
+    parse_errors: int = 0          # actions that looked like calls but did not parse
+    reward_info: dict = field(default_factory=dict)
+
+    @property
+    def n_sampled(self) -> int:
+        return sum(self.mask)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(self.attn)
+
+    @property
+    def turns(self) -> int:
+        return len(self.actions)
+
+    def append(self, tok: int, attn: int, pos: int, mask: int = 0, logp: float = 0.0) -> None:
+        self.ids.append(tok)
+        self.attn.append(attn)
+        self.pos.append(pos)
+        self.mask.append(mask)
+        self.old_logp.append(logp)
+
+
+def initial_prompt(env: RetailEnv, obs: str, info: dict) -> str:
+    """System text, the env's greeting, the first observation and <|assistant|>."""
+    return (render_message("system", compact_system_prompt(info["tools"]))
+            + render_message("assistant", env.messages[0]["content"]) + render_observation(obs))
+
+
+def _encode(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+@torch.no_grad()
+def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | None = None,
+                  generator: torch.Generator | None = None, stats: dict | None = None) -> list[Rollout]:
+    """Play one episode per (task_id, seed) in `specs`, all in one batched decode loop."""
+    from transformers import DynamicCache
+
+    cfg = cfg or RolloutConfig()
+    model, tok = policy.model, policy.tokenizer
+    device = policy.device
+    pad_id, end_id = policy.token_id(PAD), policy.token_id(END)
+    was_training = model.training
+    model.eval()
+    t0 = time.perf_counter()
+    n_forward_tokens = 0
+
+    rows = [Rollout(str(tid), int(seed)) for tid, seed in specs]
+    envs, pending, next_pos, turn_tokens = [], [], [], []
+    for r in rows:
+        env = RetailEnv(cfg.source, max_steps=cfg.max_turns)
+        obs, info = env.reset(seed=r.seed, options={"task_id": r.task_id})
+        envs.append(env)
+        pending.append([(t, 0, 0.0) for t in _encode(tok, initial_prompt(env, obs, info))])
+        next_pos.append(0)
+        turn_tokens.append([])
+    live = list(range(len(rows)))          # row indices in cache order
+    generating = set(live)
+    cache = DynamicCache()
+    attn_hist = torch.zeros(len(live), 0, dtype=torch.long, device=device)
+
+    while live:
+        # 1) one forward: each live row's pending tokens, left-padded
+        L = max(1, max(len(pending[i]) for i in live))
+        ids = torch.full((len(live), L), pad_id, dtype=torch.long)
+        am = torch.zeros((len(live), L), dtype=torch.long)
+        pos = torch.zeros((len(live), L), dtype=torch.long)
+        for b, i in enumerate(live):
+            pend, pad = pending[i], L - len(pending[i])
+            p0 = next_pos[i]
+            for j in range(pad):
+                rows[i].append(pad_id, 0, p0)
+                pos[b, j] = p0
+            for j, (t, m, lp) in enumerate(pend):
+                rows[i].append(t, 1, p0 + j, m, lp)
+                ids[b, pad + j], am[b, pad + j], pos[b, pad + j] = t, 1, p0 + j
+            next_pos[i] = p0 + len(pend)
+            pending[i] = []
+        attn_hist = torch.cat([attn_hist, am.to(device)], dim=1)
+        out = model(input_ids=ids.to(device), attention_mask=attn_hist, position_ids=pos.to(device),
+                    past_key_values=cache, use_cache=True)
+        n_forward_tokens += int(am.sum())
+        logits = out.logits[:, -1].float()
+        # 2) sample the next token of every generating row
+        if generating:
+            # sampled on the CPU so a CPU generator drives it on every device (reproducible)
+            logp_all = torch.log_softmax(logits / cfg.temperature, dim=-1).cpu()
+            sampled = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+        finished_turn = []
+        for b, i in enumerate(live):
+            if i not in generating:
+                continue
+            t = int(sampled[b])
+            pending[i].append((t, 1, float(logp_all[b, t])))
+            turn_tokens[i].append(t)
+            if t == end_id:
+                finished_turn.append(i)
+            elif len(turn_tokens[i]) >= cfg.max_new_tokens:
+                pending[i].append((end_id, 0, 0.0))   # forced close, not sampled
+                finished_turn.append(i)
+        generating.difference_update(finished_turn)
+        if generating:
+            continue
+        # 3) every live row has finished its turn: step the environments
+        done = []
+        for i in live:
+            r, env = rows[i], envs[i]
+            action = tok.decode([t for t in turn_tokens[i] if t != end_id], skip_special_tokens=False)
+            turn_tokens[i] = []
+            r.actions.append(action)
+            parsed = parse_action(action)
+            obs, reward, term, trunc, info = env.step(action)
+            if isinstance(parsed, ToolCall):
+                r.tool_calls += 1
+                r.tool_errors += obs.startswith("tool: Error")
+            elif isinstance(parsed, ParseError):
+                r.parse_errors += 1
+            if term or trunc:
+                r.reward, r.terminated, r.truncated = float(reward), term, trunc
+                r.reward_info = info.get("reward_info", {})
+                r.end_reason = r.reward_info.get("termination", "max_turns" if trunc else "terminated")
+                done.append(i)
+                continue
+            nxt = _encode(tok, render_observation(obs))
+            used = sum(r.attn) + len(pending[i])
+            if used + len(nxt) + cfg.max_new_tokens + 1 > cfg.max_tokens:
+                r.reward, r.truncated, r.end_reason = 0.0, True, "max_tokens"
+                done.append(i)
+                continue
+            pending[i].extend((t, 0, 0.0) for t in nxt)
+        for i in done:  # unfed sampled tokens (the last <|end|>) still belong to the layout
+            for j, (t, m, lp) in enumerate(pending[i]):
+                rows[i].append(t, 1, next_pos[i] + j, m, lp)
+            pending[i] = []
+        if done:
+            keep = [b for b, i in enumerate(live) if i not in done]
+            live = [live[b] for b in keep]
+            if live:
+                idx = torch.tensor(keep, device=device)
+                for layer in cache.layers:
+                    if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                        layer.keys = layer.keys.index_select(0, idx)
+                        layer.values = layer.values.index_select(0, idx)
+                attn_hist = attn_hist.index_select(0, idx)
+        generating = set(live)
+    if was_training:
+        model.train()
+    if stats is not None:
+        stats["rollout_s"] = time.perf_counter() - t0
+        stats["rollout_forward_tokens"] = n_forward_tokens
+    return rows
+
+
+def group_specs(task_ids: list[str], group_size: int, seeds: list[int]) -> list[tuple[str, int]]:
+    """G copies of each task with that task's seed, group-contiguous."""
+    return [(tid, s) for tid, s in zip(task_ids, seeds) for _ in range(group_size)]
+
+
+def collate(rollouts: list[Rollout], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad layouts into (B, T) tensors: input_ids, attention_mask, position_ids, mask,
+    old_logp, reward. Right padding has attention 0 and mask 0."""
+    T = max(len(r.ids) for r in rollouts)
+    B = len(rollouts)
+    out = {"input_ids": torch.full((B, T), pad_id, dtype=torch.long),
+           "attention_mask": torch.zeros((B, T), dtype=torch.long),
+           "position_ids": torch.zeros((B, T), dtype=torch.long),
+           "mask": torch.zeros((B, T), dtype=torch.float32),
+           "old_logp": torch.zeros((B, T), dtype=torch.float32)}
+    for b, r in enumerate(rollouts):
+        n = len(r.ids)
+        out["input_ids"][b, :n] = torch.tensor(r.ids)
+        out["attention_mask"][b, :n] = torch.tensor(r.attn)
+        out["position_ids"][b, :n] = torch.tensor(r.pos)
+        out["position_ids"][b, n:] = r.pos[-1] if n else 0
+        out["mask"][b, :n] = torch.tensor(r.mask, dtype=torch.float32)
+        out["old_logp"][b, :n] = torch.tensor(r.old_logp)
+    out["reward"] = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)
+    return out
+
+
+def previous_real_index(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) index of the last position before t whose attention mask is 1 (-1 if none)."""
+    B, T = attention_mask.shape
+    idx = torch.arange(T, device=attention_mask.device).expand(B, T)
+    real = torch.where(attention_mask > 0, idx, torch.full_like(idx, -1))
+    last = torch.cummax(real, dim=1).values
+    return torch.nn.functional.pad(last[:, :-1], (1, 0), value=-1)
+
+
+def token_logprobs(model, batch: dict, temperature: float = 1.0, with_entropy: bool = False):
+    """Log-probs (B, T) of each token under the distribution it was sampled from, from one
+    forward pass over the layout; optionally that distribution's entropy. Tokens with no
+    real token before them get 0.
+
+    A token at layout index t was sampled from the logits of the last *real* token fed before
+    it (pads may sit in between: a row's last sampled token is fed, after left pads, with its
+    next observation), so the source index is `previous_real_index`, not simply t - 1.
+    """
+    dev = next(model.parameters()).device
+    am = batch["attention_mask"].to(dev)
+    out = model(input_ids=batch["input_ids"].to(dev), attention_mask=am,
+                position_ids=batch["position_ids"].to(dev), use_cache=False)
+    src = previous_real_index(am)
+    valid = src >= 0
+    src_c = src.clamp(min=0)
+    logits = out.logits.float().gather(1, src_c.unsqueeze(-1).expand(-1, -1, out.logits.shape[-1]))
+    logp_all = torch.log_softmax(logits / temperature, dim=-1)
+    tgt = batch["input_ids"].to(dev)
+    logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) * valid
+    if not with_entropy:
+        return logp, None
+    ent = -(logp_all.exp() * logp_all).sum(-1) * valid
+    return logp, ent

@@ -1,0 +1,99 @@
+"""Supervised warm start: behaviour cloning on oracle episodes, loss only on agent tokens.
+
+A policy from random weights cannot find the tool syntax by sampling, so GRPO starts from a
+policy cloned on a few oracle episodes (:class:`~sinkflex_lib.envs.OracleAgent`: authenticate,
+look up, confirm, act, report). Each demonstration is tokenized exactly as the rollout worker
+builds an episode (prompt and observations tokenized on arrival, the agent's action plus its
+<|end|> as the "sampled" part), and the cross-entropy counts only those agent tokens.
+The design lever: few episodes / few epochs leave the policy with some but not full success,
+so GRPO's groups have reward variance to learn from.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ..envs import RetailEnv
+from .chat import END, PAD, oracle_transcript
+from .rollout import Rollout, collate, token_logprobs
+
+
+def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_tokens: int = 4096) -> Rollout:
+    """The oracle episode of `task_id` as a rollout layout (mask 1 on agent tokens), cut at
+    the last whole agent turn that fits in `max_tokens`."""
+    tok = policy.tokenizer
+    end_id = policy.token_id(END)
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    prompt, turns = oracle_transcript(env, task_id, seed=seed)
+    r = Rollout(task_id, seed)
+    for t in enc(prompt):
+        r.append(t, 1, len(r.ids))
+    for action, obs in turns:
+        act = enc(action) + [end_id]
+        if len(r.ids) + len(act) > max_tokens:
+            break
+        for t in act:
+            r.append(t, 1, len(r.ids), mask=1)
+        for t in enc(obs):
+            r.append(t, 1, len(r.ids))
+    # trailing observation after the last kept action carries no loss: trim it
+    last = max(i for i, m in enumerate(r.mask) if m) + 1 if any(r.mask) else len(r.ids)
+    for k in ("ids", "attn", "pos", "mask", "old_logp"):
+        setattr(r, k, getattr(r, k)[:last])
+    r.reward = 1.0
+    return r
+
+
+def bc_loss(policy, batch: dict) -> torch.Tensor:
+    """Mean negative log-likelihood of the mask-1 (agent) tokens."""
+    logp, _ = token_logprobs(policy.model, batch)
+    m = batch["mask"].to(logp.device)
+    return -(logp * m).sum() / m.sum().clamp(min=1)
+
+
+def warm_start(policy, task_ids: list[str], epochs: int = 1, batch_size: int = 8, lr: float = 3e-3,
+               max_tokens: int = 2048, seed: int = 0, source: str = "mini", grad_clip: float = 1.0,
+               log=None, max_seconds: float | None = None) -> list[dict]:
+    """Behaviour cloning on the oracle episodes of `task_ids` for `epochs` passes.
+
+    Returns one dict per optimizer step (step, epoch, loss, tokens, seconds). Seeded: the
+    episode order comes from `seed`. Stops early after `max_seconds` if given.
+    """
+    env = RetailEnv(source, max_steps=60)
+    demos = [demonstration(policy, env, tid, max_tokens=max_tokens) for tid in task_ids]
+    pad_id = policy.token_id(PAD)
+    opt = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.0)
+    rng = np.random.default_rng(seed)
+    n_steps = epochs * ((len(demos) + batch_size - 1) // batch_size)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10) *
+                                              max(0.1, 1 - s / max(1, n_steps)))
+    policy.model.train()
+    history, step, t0 = [], 0, time.perf_counter()
+    lengths = np.array([len(d.ids) for d in demos])
+    for epoch in range(epochs):
+        # length-bucketed batches (little padding), visited in a random order
+        order = rng.permutation(len(demos))
+        order = order[np.argsort(lengths[order], kind="stable")]
+        batches = [order[k:k + batch_size] for k in range(0, len(order), batch_size)]
+        for b in rng.permutation(len(batches)):
+            ts = time.perf_counter()
+            batch = collate([demos[i] for i in batches[b]], pad_id)
+            loss = bc_loss(policy, batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip)
+            opt.step()
+            sched.step()
+            row = {"step": step, "epoch": epoch, "loss": float(loss.detach()),
+                   "tokens": int(batch["attention_mask"].sum()), "seconds": time.perf_counter() - ts}
+            history.append(row)
+            if log:
+                log(f"warm start step {step + 1}/{n_steps} epoch {epoch} loss {row['loss']:.3f} "
+                    f"({row['tokens'] / row['seconds']:.0f} tok/s)")
+            step += 1
+            if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+                return history
+    return history

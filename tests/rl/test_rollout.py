@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from sinkflex_lib.rl.chat import END
+from sinkflex_lib.rl.rollout import (RolloutConfig, collate, group_specs, previous_real_index,
+                                     rollout_batch, token_logprobs)
+
+CFG = RolloutConfig(max_turns=4, max_tokens=700, max_new_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def rollouts(micro_policy_factory):
+    policy = micro_policy_factory()
+    g = torch.Generator().manual_seed(0)
+    rs = rollout_batch(policy, group_specs(["cancel_000", "info_000"], 3, [5, 6]), CFG, g)
+    return policy, rs
+
+
+def test_sampled_tokens_match_mask_and_actions(rollouts):
+    policy, rs = rollouts
+    end_id = policy.token_id(END)
+    assert len(rs) == 6 and [r.seed for r in rs] == [5, 5, 5, 6, 6, 6]
+    for r in rs:
+        assert len(r.ids) == len(r.attn) == len(r.pos) == len(r.mask) == len(r.old_logp)
+        # mask 1 only on real tokens; log-probs only there; pads never masked in
+        assert all(a == 1 for a, m in zip(r.attn, r.mask) if m)
+        assert all(lp == 0.0 for lp, m in zip(r.old_logp, r.mask) if not m)
+        assert all(lp <= 0.0 for lp, m in zip(r.old_logp, r.mask) if m)
+        # the mask-1 tokens, split at each turn's close, decode to exactly the actions sent
+        sampled = [t for t, m in zip(r.ids, r.mask) if m]
+        turns, cur = [], []
+        for t in sampled:
+            if t == end_id:
+                turns.append(cur)
+                cur = []
+            else:
+                cur.append(t)
+                if len(cur) == CFG.max_new_tokens:  # forced close (mask 0 <|end|>)
+                    turns.append(cur)
+                    cur = []
+        assert cur == []
+        assert [policy.tokenizer.decode(t) for t in turns] == r.actions
+        # positions count real tokens only
+        real_pos = [p for p, a in zip(r.pos, r.attn) if a]
+        assert real_pos == list(range(len(real_pos)))
+        # budgets
+        assert r.n_tokens <= CFG.max_tokens
+        assert r.turns <= CFG.max_turns
+        assert r.terminated or r.truncated
+
+
+def test_recomputed_logprobs_equal_sampling_logprobs(rollouts):
+    policy, rs = rollouts
+    batch = collate(rs, policy.token_id("<|pad|>"))
+    with torch.no_grad():
+        logp, _ = token_logprobs(policy.model.eval(), batch)
+    m = batch["mask"] > 0
+    assert int(m.sum()) > 20
+    torch.testing.assert_close(logp[m], batch["old_logp"][m], atol=1e-4, rtol=0)
+
+
+def test_group_rollouts_share_the_task_seed_and_prompt(rollouts):
+    _, rs = rollouts
+    first = [r.ids[:40] for r in rs[:3]]
+    assert first[0] == first[1] == first[2]
+
+
+def test_token_budget_truncates_cleanly(micro_policy):
+    cfg = RolloutConfig(max_turns=50, max_tokens=420, max_new_tokens=16)
+    rs = rollout_batch(micro_policy, [("cancel_000", 0)] * 2, cfg, torch.Generator().manual_seed(1))
+    for r in rs:
+        assert r.n_tokens <= 420
+        assert r.terminated or r.truncated
+        if r.end_reason == "max_tokens":
+            assert r.truncated and r.reward == 0.0
+
+
+def test_previous_real_index():
+    am = torch.tensor([[1, 0, 0, 1, 1, 0, 1]])
+    assert previous_real_index(am).tolist() == [[-1, 0, 0, 0, 3, 4, 4]]
