@@ -91,11 +91,3 @@ def collect_stats(env: RetailEnv, task_ids: list[str], make_agent: Callable[[dic
                      **trajectory_stats(ep.messages, system)})
     return rows
 
-
-def markdown_table(rows: list[dict], floatfmt: str = ".1f") -> str:
-    """A GitHub Markdown table of `rows` (dicts with the same keys)."""
-    keys = list(rows[0])
-    fmt = lambda v: format(v, floatfmt) if isinstance(v, float) else str(v)  # noqa: E731
-    out = ["| " + " | ".join(keys) + " |", "|" + "|".join("---" for _ in keys) + "|"]
-    out += ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
-    return "\n".join(out) + "\n"
