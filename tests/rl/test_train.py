@@ -51,27 +51,31 @@ def test_smoke_pipeline_logs_the_metrics(tmp_path, fake_rewards):
     assert np.isfinite(res["val_end"])
 
 
+TIMING_KEYS = ("tokens_per_s", "rollout_s", "update_s", "step_s", "elapsed_s", "peak_mem_gb", "wall_s")
+
+
 def test_resume_continues_identically(tmp_path, fake_rewards):
-    cfg = TrainConfig.from_profile("smoke", **TINY)
-    straight = train(cfg, tmp_path / "a", seed=3, log=lambda m: None)
-    train(cfg, tmp_path / "b", seed=3, log=lambda m: None, stop_after=1)
-    resumed = train(cfg, tmp_path / "b", seed=3, log=lambda m: None, resume=True)
+    """Bit-identical on one thread. With several threads CPU reductions are not bit-reproducible
+    run to run (two uninterrupted runs differ by ~1e-7 relative too), so exactness is tested
+    where it is defined: threads=1."""
+    threads = torch.get_num_threads()
+    try:
+        cfg = TrainConfig.from_profile("smoke", **TINY, threads=1)
+        straight = train(cfg, tmp_path / "a", seed=3, log=lambda m: None)
+        train(cfg, tmp_path / "b", seed=3, log=lambda m: None, stop_after=1)
+        resumed = train(cfg, tmp_path / "b", seed=3, log=lambda m: None, resume=True)
+    finally:
+        torch.set_num_threads(threads)
     ra, rb = _rows(tmp_path / "a"), _rows(tmp_path / "b")
     assert len(ra) == len(rb) == 5  # val 0, train 1, val 1, train 2, val 2
     for x, y in zip(ra, rb):
         assert x.keys() == y.keys()
         for k in x:
-            if isinstance(x[k], float):  # update statistics: equal up to float rounding
-                assert x[k] == pytest.approx(y[k], rel=1e-5, abs=1e-7, nan_ok=True), (x["step"], k)
-            else:  # tasks, rewards per task, counts: exactly equal
-                assert x[k] == y[k], (x["step"], k)
-    for x, y in zip(ra, rb):  # rollouts and rewards are identical, not just close
-        for k in ("reward_mean", "reward_std", "response_length", "episode_tokens", "val_reward"):
-            if k in x:
-                assert x[k] == y[k], (x["step"], k)
+            if k not in TIMING_KEYS:
+                assert x[k] == y[k] or (x[k] != x[k] and y[k] != y[k]), (x["step"], k)  # NaN == NaN
     sa, sb = straight["policy"].model.state_dict(), resumed["policy"].model.state_dict()
     for k in sa:
-        torch.testing.assert_close(sa[k], sb[k], rtol=1e-5, atol=1e-6)
+        assert torch.equal(sa[k], sb[k]), k
 
 
 def test_cli_rejects_unknown_profile():
