@@ -3,7 +3,7 @@
 1. the tests marked `cuda` (flex forward and backward against the blocked float64 reference);
 2. flex (compiled) against eager attention at gpt-oss-20b's head shape in bf16: error against
    float64 and forward+backward time, measured side by side;
-3. a short training-step memory sweep, eager against flex (`python -m sinkflex_lib.bench`).
+3. a short training-step memory sweep, eager against flex (`sinkflex_lib.bench`).
 
 Sized to finish in a few minutes on one GPU. Exits 2 without CUDA, 1 if any check fails.
 """
@@ -70,15 +70,25 @@ def compare_flex_eager(n: int = 4096, window: int | None = 128) -> dict:
     return out
 
 
-def run_memory_sweep(out_dir: Path, seqs: str = "1024,2048,4096,8192") -> tuple[str, str]:
-    cmd = [sys.executable, "-m", "sinkflex_lib.bench", "memory", "--backends", "eager,flex", "--seq", seqs,
-           "--config", "gpt-oss-20b", "--layers", "2", "--batch", "1", "--dtype", "bfloat16",
-           "--device", "cuda", "--out", str(out_dir)]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
-    print(proc.stdout[-4000:], proc.stderr[-2000:], sep="\n", flush=True)
-    table = out_dir / "table2_memory.md"
-    summary = table.read_text().strip().splitlines()[-1] if table.exists() else "no table written"
-    return ("pass" if proc.returncode == 0 else "FAIL"), summary
+def memory_sweep_check(out_dir: Path, seqs=(1024, 2048, 4096, 8192)) -> tuple[str, str]:
+    """eager against flex, gpt-oss-20b's attention shape x 2 layers, bf16, one subprocess per
+    point. Passes when flex completes every length and peaks below eager at the longest length
+    both complete."""
+    from .bench import run_memory_sweep
+
+    sweep = run_memory_sweep(["eager", "flex"], list(seqs), config="gpt-oss-20b", layers=2, batch=1,
+                             dtype="bfloat16", device="cuda", warmup=1, steps=2, timeout_s=600, out=out_dir)
+    print(sweep.to_markdown(), flush=True)
+    flex_ok = all(p.status == "ok" for p in sweep.points if p.backend == "flex")
+    both = [n for n in seqs if all(sweep.point(b, n).status == "ok" for b in ("eager", "flex"))]
+    if not both:
+        return ("pass" if flex_ok else "FAIL"), "eager completed no length"
+    n = both[-1]
+    e, f = sweep.point("eager", n), sweep.point("flex", n)
+    ok = flex_ok and f.peak_gb < e.peak_gb
+    return ("pass" if ok else "FAIL"), (f"at {n}: flex {f.peak_gb:.2f} GB vs eager {e.peak_gb:.2f} GB, "
+                                        f"step x{e.step_s / f.step_s:.2f}; eager statuses "
+                                        + ",".join(sweep.point("eager", m).status for m in seqs))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"fwd+bwd {r['flex_s'] * 1e3:.1f} ms vs {r['eager_s'] * 1e3:.1f} ms "
                  f"(x{r['eager_s'] / r['flex_s']:.2f}); peak {r['flex_peak_gb']:.2f} vs {r['eager_peak_gb']:.2f} GB"))
     if not args.skip_sweep:
-        rows.append(("memory sweep eager/flex", *run_memory_sweep(Path(args.out))))
+        rows.append(("memory sweep eager/flex", *memory_sweep_check(Path(args.out))))
     width = max(len(name) for name, *_ in rows)
     print("\n" + "check".ljust(width) + " | status | detail")
     print("-" * width + "-+--------+-------")
