@@ -5,7 +5,8 @@
     python -m sinkflex_lib.reproduce --profile cpu --update-notebooks   # refresh committed outputs
 
 Executed copies go to papermill_runs/<profile>/, with manifest.json: git commit, package
-versions, device, and each notebook's wall time, status and parameters. The profile reaches
+versions, device, and each notebook's wall time, status, parameters and git state; a partial
+run (`--only`) keeps the earlier entries of the other notebooks (marked "from_earlier_run"). The profile reaches
 each notebook through SINKFLEX_PROFILE, which the first line of its `parameters` cell reads,
 so the executed notebooks carry no injected cell. A failing cell stops the run with an error
 naming the notebook and the cell, and a non-zero exit.
@@ -116,11 +117,12 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"profile": profile, "git": git_commit(), "packages": package_versions(),
                 "device": device_description(), "notebooks": []}
+    kept = previous_entries(out_dir / "manifest.json", notebooks) if only else []
     os.environ["SINKFLEX_PROFILE"] = profile
     total_start = time.perf_counter()
     for i, nb in enumerate(notebooks, 1):
         print(f"[{i}/{len(notebooks)}] {nb.name} (profile {profile}) ...", flush=True)
-        entry = {"notebook": nb.name, "parameters": notebook_parameters(nb, profile)}
+        entry = {"notebook": nb.name, "git": manifest["git"], "parameters": notebook_parameters(nb, profile)}
         start = time.perf_counter()
         try:
             papermill.execute_notebook(str(nb), str(out_dir / nb.name), kernel_name=kernel,
@@ -130,7 +132,7 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
                          error=f"cell {err.cell_index} (execution count {err.exec_count}): "
                                f"{err.ename}: {err.evalue}")
             manifest["notebooks"].append(entry)
-            _write_manifest(out_dir, manifest, total_start)
+            _write_manifest(out_dir, manifest, total_start, kept)
             print(f"FAILED {nb.name}, cell {err.cell_index} (execution count {err.exec_count}): "
                   f"{err.ename}: {err.evalue}\n  executed copy with the traceback: {out_dir / nb.name}",
                   file=sys.stderr, flush=True)
@@ -140,13 +142,25 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
         print(f"      done in {entry['wall_seconds']:.1f} s", flush=True)
         if update_notebooks:
             shutil.copyfile(out_dir / nb.name, nb)
-    path = _write_manifest(out_dir, manifest, total_start)
+    path = _write_manifest(out_dir, manifest, total_start, kept)
     print(f"all {len(notebooks)} notebooks ran; manifest: {path}", flush=True)
     return path
 
 
-def _write_manifest(out_dir: Path, manifest: dict, start: float) -> Path:
+def previous_entries(path: Path, notebooks: list[Path]) -> list[dict]:
+    """Entries of an earlier manifest at `path` for notebooks not in `notebooks` (a partial run,
+    `--only`, keeps the record of the others), each with the git state of the run that made it."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    names = {nb.name for nb in notebooks}
+    return [{**e, "git": e.get("git", old.get("git")), "from_earlier_run": True}
+            for e in old.get("notebooks", []) if e["notebook"] not in names]
+
+
+def _write_manifest(out_dir: Path, manifest: dict, start: float, kept: list[dict] = ()) -> Path:
     manifest["total_wall_seconds"] = round(time.perf_counter() - start, 2)
+    manifest["notebooks"] = sorted([*manifest["notebooks"], *kept], key=lambda e: e["notebook"])
     path = out_dir / "manifest.json"
     path.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
     return path

@@ -34,6 +34,21 @@ def test_runs_notebooks_and_writes_a_manifest(tmp_path, capsys):
     assert "[2/2] 02_b.ipynb" in capsys.readouterr().out
 
 
+def test_partial_run_keeps_the_other_notebooks_entries(tmp_path):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    write_notebook(nbs / "01_a.ipynb", "print(N)")
+    write_notebook(nbs / "02_b.ipynb", "print(N + 1)")
+    reproduce.run("smoke", notebooks_dir=nbs, runs_dir=tmp_path / "runs")
+    first = json.loads((tmp_path / "runs" / "smoke" / "manifest.json").read_text())
+    path = reproduce.run("smoke", only=["02"], notebooks_dir=nbs, runs_dir=tmp_path / "runs")
+    entries = {e["notebook"]: e for e in json.loads(path.read_text())["notebooks"]}
+    assert list(entries) == ["01_a.ipynb", "02_b.ipynb"]
+    assert entries["01_a.ipynb"]["from_earlier_run"] is True
+    assert entries["01_a.ipynb"]["wall_seconds"] == first["notebooks"][0]["wall_seconds"]
+    assert "from_earlier_run" not in entries["02_b.ipynb"] and "commit" in entries["02_b.ipynb"]["git"]
+
+
 def test_failure_names_notebook_and_cell_and_exits_nonzero(tmp_path, capsys):
     nbs = tmp_path / "nbs"
     nbs.mkdir()

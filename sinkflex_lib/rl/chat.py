@@ -26,7 +26,8 @@ Tokenizer. A byte-level BPE (so any text round-trips, no unknown token) with voc
 `VOCAB_SIZE`, trained by `tokenizers` on text the project generates deterministically:
 the system prompt and oracle episodes of the *train* split of the synthetic retail set
 (rendered exactly as above), stored in data/tokenizer/ as a Hugging Face tokenizer directory
-with a chat template.
+with a tool-capable chat template and the response template TRL parses tool calls with
+(:mod:`.tool_template`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import re
 from pathlib import Path
 
 from ..envs.actions import ToolCall, format_call, parse_action
+from .tool_template import TOOL_CHAT_TEMPLATE, response_template
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER_DIR = REPO_ROOT / "data" / "tokenizer"
@@ -46,7 +48,8 @@ PAD, SYSTEM, USER, ASSISTANT, TOOL, ERROR, END = (
 SPECIAL_TOKENS = [PAD, SYSTEM, USER, ASSISTANT, TOOL, ERROR, END]
 ROLE_TOKENS = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT, "tool": TOOL, "error": ERROR}
 
-# Jinja chat template equivalent to `render_message` (for HF-style use of the saved tokenizer).
+# Jinja chat template equivalent to `render_message`. The saved tokenizer ships the tool-capable
+# template of :mod:`.tool_template`, which renders messages without tool calls exactly like this.
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['content'] + '<|end|>' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
@@ -178,7 +181,8 @@ def train_tokenizer(texts: list[str], vocab_size: int = VOCAB_SIZE):
     tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=END,
                                    additional_special_tokens=SPECIAL_TOKENS[1:-1])
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = TOOL_CHAT_TEMPLATE
+    fast.response_template = response_template()
     return fast
 
 

@@ -38,7 +38,7 @@ class RolloutConfig:
     max_turns: int = 16            # agent actions per episode (env max_steps)
     max_tokens: int = 2048         # real tokens per episode (prompt + responses + observations)
     max_new_tokens: int = 64       # sampled tokens per agent turn
-    temperature: float = 1.0
+    temperature: float = 1.0       # 0: greedy
     source: str = "mini"
 
 
@@ -139,14 +139,18 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
             pending[i] = []
         attn_hist = torch.cat([attn_hist, am.to(device)], dim=1)
         out = model(input_ids=ids.to(device), attention_mask=attn_hist, position_ids=pos.to(device),
-                    past_key_values=cache, use_cache=True)
+                    cache=cache, use_cache=True)
         n_forward_tokens += int(am.sum())
         logits = out.logits[:, -1].float()
         # 2) sample the next token of every generating row
         if generating:
-            # sampled on the CPU so a CPU generator drives it on every device (reproducible)
-            logp_all = torch.log_softmax(logits / cfg.temperature, dim=-1).cpu()
-            sampled = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+            # sampled on the CPU so a CPU generator drives it on every device (reproducible);
+            # temperature 0 is greedy decoding (log-probs then under the temperature-1 softmax)
+            logp_all = torch.log_softmax(logits / (cfg.temperature or 1.0), dim=-1).cpu()
+            if cfg.temperature > 0:
+                sampled = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
+            else:
+                sampled = logp_all.argmax(-1)
         finished_turn = []
         for b, i in enumerate(live):
             if i not in generating:

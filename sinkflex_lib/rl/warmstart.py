@@ -90,10 +90,12 @@ def warm_start(policy, task_ids: list[str], epochs: int = 1, batch_size: int = 8
             row = {"step": step, "epoch": epoch, "loss": float(loss.detach()),
                    "tokens": int(batch["attention_mask"].sum()), "seconds": time.perf_counter() - ts}
             history.append(row)
-            if log:
-                log(f"warm start step {step + 1}/{n_steps} epoch {epoch} loss {row['loss']:.3f} "
-                    f"({row['tokens'] / row['seconds']:.0f} tok/s)")
             step += 1
             if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
                 return history
+        if log:  # one progress line per epoch
+            rows = [h for h in history if h["epoch"] == epoch]
+            log(f"warm start epoch {epoch + 1}/{epochs}: loss {np.mean([h['loss'] for h in rows]):.3f}, "
+                f"{sum(h['tokens'] for h in rows) / sum(h['seconds'] for h in rows):.0f} tok/s, "
+                f"{time.perf_counter() - t0:.0f}s")
     return history

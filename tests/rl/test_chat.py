@@ -41,3 +41,14 @@ def test_tokenizer_is_rebuilt_bit_for_bit():
     stored = chat.build_tokenizer()
     fresh = chat.train_tokenizer(texts)
     assert fresh.backend_tokenizer.to_str() == stored.backend_tokenizer.to_str()
+
+
+def test_stored_tokenizer_ships_tool_and_response_templates():
+    from sinkflex_lib.rl.tool_template import TOOL_CHAT_TEMPLATE, response_template
+
+    tok = chat.build_tokenizer()
+    assert tok.chat_template == TOOL_CHAT_TEMPLATE
+    assert tok.response_template == response_template()
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    rendered = tok.apply_chat_template(msgs, tokenize=False)
+    assert rendered == "".join(chat.render_message(m["role"], m["content"]) for m in msgs)

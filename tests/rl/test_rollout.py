@@ -78,3 +78,24 @@ def test_token_budget_truncates_cleanly(micro_policy):
 def test_previous_real_index():
     am = torch.tensor([[1, 0, 0, 1, 1, 0, 1]])
     assert previous_real_index(am).tolist() == [[-1, 0, 0, 0, 3, 4, 4]]
+
+
+def test_temperature_zero_is_greedy(micro_policy_factory):
+    """Greedy decoding ignores the generator, and every sampled token is the argmax of a
+    recomputed forward pass over the layout."""
+    policy = micro_policy_factory()
+    cfg = RolloutConfig(max_turns=2, max_tokens=600, max_new_tokens=8, temperature=0.0)
+    specs = group_specs(["cancel_000"], 2, [5])
+    a = rollout_batch(policy, specs, cfg, torch.Generator().manual_seed(0))
+    b = rollout_batch(policy, specs, cfg, torch.Generator().manual_seed(1))
+    assert [r.ids for r in a] == [r.ids for r in b] and a[0].ids == a[1].ids
+    batch = collate(a, policy.token_id("<|pad|>"))
+    with torch.no_grad():
+        out = policy.model.eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                  position_ids=batch["position_ids"], use_cache=False)
+    src = previous_real_index(batch["attention_mask"])
+    m = batch["mask"] > 0
+    rows, cols = m.nonzero(as_tuple=True)
+    best = out.logits[rows, src[rows, cols]].argmax(-1)
+    assert int(m.sum()) > 4
+    assert torch.equal(best, batch["input_ids"][rows, cols])
