@@ -9,12 +9,13 @@ from sinkflex_lib.rl.train import TrainConfig
 
 
 def test_cpu_profile_maps_to_grpo_config(tmp_path):
-    cfg = TrainConfig.from_profile("cpu")          # 4 groups x 8, minibatch 16, 12 steps
+    cfg = TrainConfig.from_profile("cpu")          # 4 groups x 8, minibatch 16
+    assert (cfg.groups_per_step, cfg.group_size, cfg.minibatch_size, cfg.ppo_epochs) == (4, 8, 16, 1)
     args = grpo_config(cfg, tmp_path, seed=3)
     want = dict(loss_type="bnpo", beta=0.0, epsilon=0.2, epsilon_high=0.28, num_generations=8,
                 scale_rewards="group", num_iterations=1, per_device_train_batch_size=16,
                 gradient_accumulation_steps=1, steps_per_generation=2, generation_batch_size=32,
-                max_steps=24, learning_rate=2e-3, max_grad_norm=1.0, temperature=1.0,
+                max_steps=2 * cfg.steps, learning_rate=cfg.lr, max_grad_norm=1.0, temperature=1.0,
                 max_completion_length=1536, router_aux_loss_coef=0.0, use_bias_correction_kl=False,
                 lr_scheduler_type="constant", weight_decay=0.0, adam_beta2=0.99, seed=3, bf16=False,
                 gradient_checkpointing=False)
