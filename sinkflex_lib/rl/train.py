@@ -219,7 +219,8 @@ def load_checkpoint(ckpt: Path, policy, opt) -> dict:
 # -- the loop ------------------------------------------------------------------------------
 
 
-def _log_row(path: Path, row: dict) -> None:
+def append_metrics(path: Path, row: dict) -> None:
+    """Append one JSON row to a metrics.jsonl file (both trainers write through this)."""
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
 
@@ -311,7 +312,7 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
         log(f"resumed from {ckpt} at step {state['step']}")
     else:
         metrics_path.write_text("")
-        _log_row(metrics_path, {"kind": "config", "step": 0, "seed": seed, "device": device,
+        append_metrics(metrics_path, {"kind": "config", "step": 0, "seed": seed, "device": device,
                                 "parameters": num_parameters(policy.model), **dataclasses.asdict(cfg)})
         # warm start
         bc_ids = list(np.random.default_rng(seed).permutation(train_ids)[:cfg.bc_episodes])
@@ -320,13 +321,13 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
                           lr=cfg.bc_lr, max_tokens=cfg.bc_max_tokens, seed=seed, source=cfg.source,
                           grad_clip=cfg.grad_clip, log=log)
         for h in hist:
-            _log_row(metrics_path, {"kind": "warm_start", "step": 0, **h})
+            append_metrics(metrics_path, {"kind": "warm_start", "step": 0, **h})
         log(f"warm start: {len(bc_ids)} oracle episodes x {cfg.bc_epochs} epochs, loss "
             f"{hist[0]['loss']:.3f} -> {hist[-1]['loss']:.3f} in {time.perf_counter() - t0:.0f}s")
         if cfg.beta > 0:
             policy.freeze_reference()
         val = validate(policy, cfg, val_ids, seed)
-        _log_row(metrics_path, {"kind": "val", "step": 0, "elapsed_s": time.perf_counter() - t_start, **val})
+        append_metrics(metrics_path, {"kind": "val", "step": 0, "elapsed_s": time.perf_counter() - t_start, **val})
         log(f"step 0 validation mean@1 {val['val_reward']:.3f} ({len(val_ids)} held-out tasks)")
         save_checkpoint(ckpt, policy, opt, {"step": 0, "window": list(window), "config": dataclasses.asdict(cfg)})
 
@@ -354,14 +355,14 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
                "peak_mem_gb": peak_memory_gb(device), "elapsed_s": time.perf_counter() - t_start,
                "tasks": tids}
         row["training_score"] = row["reward_mean"]
-        _log_row(metrics_path, row)
+        append_metrics(metrics_path, row)
         msg = (f"step {step}/{cfg.steps} score {row['reward_mean']:.3f} traj {row['trajectory_reward']:.3f} "
                f"zero-spread {row['zero_spread_frac']:.2f} kl {row.get('kl', float('nan')):.4f} "
                f"ent {row.get('entropy', float('nan')):.3f} len {row['response_length']:.0f} "
                f"{row['tokens_per_s']:.0f} tok/s {step_s:.1f}s")
         if step % cfg.val_every == 0 or step == cfg.steps:
             val = validate(policy, cfg, val_ids, seed)
-            _log_row(metrics_path, {"kind": "val", "step": step, "elapsed_s": time.perf_counter() - t_start, **val})
+            append_metrics(metrics_path, {"kind": "val", "step": step, "elapsed_s": time.perf_counter() - t_start, **val})
             msg += f" | val mean@1 {val['val_reward']:.3f}"
         log(msg)
         if step % cfg.ckpt_every == 0 or step == last_step:

@@ -22,7 +22,7 @@ import torch
 from ...rl.chat import PAD
 from ...rl.rollout import Rollout, RolloutConfig, collate, token_logprobs
 from ...rl.train import TrainConfig, read_metrics, train
-from .config import grpo_config
+from .config import FIELD_MAP, grpo_config
 from .rollout import DECODE_MODES, play, to_trl
 from .trainer import train_trl, warm_start_run
 
@@ -77,13 +77,7 @@ def config_rows(cfg: TrainConfig, num_processes: int = 1, **overrides) -> list[d
     """The name-for-name mapping of :mod:`.config` with this config's values on both sides."""
     args = grpo_config(cfg, "unused", 0, num_processes, **overrides)
     c = dataclasses.asdict(cfg)
-    pairs = [("loss_agg_mode", "loss_type"), ("beta", "beta"), ("clip_low", "epsilon"),
-             ("clip_high", "epsilon_high"), ("group_size", "num_generations"),
-             ("norm_adv_by_std", "scale_rewards"), ("ppo_epochs", "num_iterations"),
-             ("minibatch_size", "per_device_train_batch_size"), ("steps", "max_steps"),
-             ("lr", "learning_rate"), ("grad_clip", "max_grad_norm"), ("temperature", "temperature"),
-             ("max_tokens", "max_completion_length")]
-    rows = [{"ours": o, "ours value": c[o], "TRL": t, "TRL value": getattr(args, t)} for o, t in pairs]
+    rows = [{"ours": o, "ours value": c[o], "TRL": t, "TRL value": getattr(args, t)} for o, t in FIELD_MAP]
     rows.append({"ours": "groups_per_step x group_size", "ours value": cfg.groups_per_step * cfg.group_size,
                  "TRL": "generation_batch_size", "TRL value": args.generation_batch_size})
     return rows

@@ -33,6 +33,14 @@ import dataclasses
 
 from ...rl.train import TrainConfig
 
+# TrainConfig field -> GRPOConfig field, one to one (the table above; values transformed by grpo_config)
+FIELD_MAP = [("loss_agg_mode", "loss_type"), ("beta", "beta"), ("clip_low", "epsilon"),
+             ("clip_high", "epsilon_high"), ("group_size", "num_generations"),
+             ("norm_adv_by_std", "scale_rewards"), ("ppo_epochs", "num_iterations"),
+             ("minibatch_size", "per_device_train_batch_size"), ("steps", "max_steps"),
+             ("lr", "learning_rate"), ("grad_clip", "max_grad_norm"), ("temperature", "temperature"),
+             ("max_tokens", "max_completion_length")]
+
 LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
 

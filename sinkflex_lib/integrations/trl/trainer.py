@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 from ...envs import RetailEnv
 from ...models import ensure_registered
 from ...rl.policy import Policy, build_policy
-from ...rl.train import TrainConfig, read_metrics, train, validate, validation_tasks
+from ...rl.train import TrainConfig, append_metrics, read_metrics, train, validate, validation_tasks
 from .chat import prepare_tokenizer
 from .config import grpo_config
 from .rollout import RetailRollout, env_reward, generation_model, updates_per_step
@@ -56,11 +56,6 @@ def lora_config(r: int):
 
     return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-
-
-def _append(path: Path, row: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def weights_checksum(model: torch.nn.Module) -> float:
@@ -152,7 +147,7 @@ class ScaleOutLog(TrainerCallback):
                 if acc.is_main_process:
                     policy = Policy(model, self.rollout.tokenizer, "trl-policy")
                     self.pending_val = validate(policy, self.cfg, self.val_ids, self.seed)
-                    _append(self.metrics_path, {"kind": "val", "step": step,
+                    append_metrics(self.metrics_path, {"kind": "val", "step": step,
                                                 "elapsed_s": time.perf_counter() - self.t0, **self.pending_val})
                 acc.wait_for_everyone()
         return control
@@ -166,7 +161,7 @@ class ScaleOutLog(TrainerCallback):
                "elapsed_s": time.perf_counter() - self.t0, "trl": logs}
         if "reward_mean" in row:
             row["training_score"] = row["reward_mean"]
-        _append(self.metrics_path, row)
+        append_metrics(self.metrics_path, row)
         msg = (f"step {step}/{self.cfg.steps} (update {state.global_step}/{state.max_steps}) "
                f"loss {logs['loss']:.4f}")
         for key, name in (("reward", "score"), ("frac_reward_zero_std", "zero-spread"), ("kl", "kl"),
@@ -233,17 +228,17 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
             if warm_start_dir is None:
                 warm_start_run(cfg, warm_dir, seed, device=str(state.device), log=log)
             (out_dir / "metrics.jsonl").write_text("")
-            _append(out_dir / "metrics.jsonl", {"kind": "config", "step": 0, "trainer": "trl", "seed": seed,
+            append_metrics(out_dir / "metrics.jsonl", {"kind": "config", "step": 0, "trainer": "trl", "seed": seed,
                                                 "processes": state.num_processes, "decode": decode,
                                                 "lora_r": lora_r, "warm_start": str(warm_dir),
                                                 **dataclasses.asdict(cfg), "grpo_overrides": grpo_overrides})
             for row in read_metrics(warm_dir):
                 if row["kind"] == "val" and row["step"] == 0:
-                    _append(out_dir / "metrics.jsonl", row)
+                    append_metrics(out_dir / "metrics.jsonl", row)
     policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, seed=seed,
                           device=state.device, **cfg.policy_overrides)
     load_warm_start(policy, warm_dir)
-    prepare_tokenizer(policy.tokenizer)     # ships the tool template and response template
+    prepare_tokenizer(policy.tokenizer)     # the project tokenizer has them; a loaded HF one may not
     trainer = make_trainer(cfg, policy, out_dir, seed, decode=decode, lora_r=lora_r, log=log, **grpo_overrides)
     log(f"[rank {state.process_index}/{state.num_processes}] TRL GRPOTrainer: {cfg.steps} GRPO steps, "
         f"{trainer.args.max_steps} updates, loss_type {trainer.args.loss_type}, device {state.device}")
