@@ -9,7 +9,7 @@ import torch
 from .blocked import DEFAULT_TILE, blocked_attention
 from .eager import eager_attention
 from .flex import flex_attention
-from .mask import SinkMask
+from .mask import sink_mask
 from .sink_scale import sink_scale
 
 BACKENDS = ("auto", "eager", "flex", "blocked")
@@ -38,7 +38,7 @@ def sink_attention(q, k, v, sinks=None, *, window=None, prefix=0, scale=None, ba
     visible keys without the sink (the paper's l), float32 (float64 for float64 input).
     """
     _check_inputs(q, k, v, sinks, key_padding_mask)
-    mask = SinkMask(window=window, prefix=prefix)
+    mask = sink_mask(window, prefix)
     if scale is None:
         scale = q.shape[-1] ** -0.5
     elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):

@@ -51,12 +51,13 @@ class _Tiles:
         self.groups = self.hq // self.hkv
         self.offset = self.n_k - self.n_q
         self.k, self.v, self.kpm, self.mask, self.tile = k, v, key_padding_mask, mask, tile
+        self.pos = None if key_padding_mask is None else mask.positions(key_padding_mask)
 
     def __iter__(self):
         for i0 in range(0, self.n_q, self.tile):
             i1 = min(i0 + self.tile, self.n_q)
             t0, t1 = self.offset + i0, self.offset + i1
-            ranges = self.mask.key_ranges(t0, t1)
+            ranges = self.mask.key_ranges(t0, t1, self.pos)
             if len(ranges) == 1:
                 a, b = ranges[0]
                 kt, vt = self.k[:, :, a:b], self.v[:, :, a:b]
@@ -66,10 +67,12 @@ class _Tiles:
                 vt = torch.cat([self.v[:, :, a:b] for a, b in ranges], dim=2)
                 kpos = torch.cat([torch.arange(a, b, device=self.k.device) for a, b in ranges])
             tpos = torch.arange(t0, t1, device=self.k.device)
-            visible = self.mask.visible(tpos[:, None], kpos[None, :])  # (T, S)
-            if self.kpm is not None:
-                visible = visible[None] & self.kpm[:, None, kpos]  # (B, T, S)
-                visible = visible[:, None, None]  # (B, 1, 1, T, S)
+            if self.kpm is None:
+                visible = self.mask.visible(tpos[:, None], kpos[None, :])  # (T, S)
+            else:
+                visible = self.mask.visible(tpos[:, None], kpos[None, :], self.pos[:, t0:t1, None],
+                                            self.pos[:, None, kpos])  # (B, T, S)
+                visible = (visible & self.kpm[:, None, kpos])[:, None, None]  # (B, 1, 1, T, S)
             yield i0, i1, ranges, kt, vt, visible
 
     def grouped(self, x):

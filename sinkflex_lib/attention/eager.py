@@ -23,9 +23,14 @@ def eager_attention(q, k, v, sinks, mask: SinkMask, scale: float, key_padding_ma
     k = k.repeat_interleave(groups, dim=1)
     v = v.repeat_interleave(groups, dim=1)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-    visible = mask.dense(n_q, n_k, device=q.device)[None, None]
-    if key_padding_mask is not None:
-        visible = visible & key_padding_mask[:, None, None, :]
+    if key_padding_mask is None:
+        visible = mask.dense(n_q, n_k, device=q.device)[None, None]
+    else:  # the window counts real keys (`SinkMask.positions`)
+        pos = mask.positions(key_padding_mask)
+        t = torch.arange(n_k - n_q, n_k, device=q.device)[:, None]
+        j = torch.arange(n_k, device=q.device)[None, :]
+        visible = mask.visible(t, j, pos[:, n_k - n_q:, None], pos[:, None, :])
+        visible = (visible & key_padding_mask[:, None, :])[:, None]
     scores = scores.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(scores.to(_stat_dtype(q)), dim=-1)
     if sinks is not None:

@@ -24,8 +24,9 @@ def explicit_sink_attention(q, k, v, sinks=None, *, window=None, prefix=0, scale
     """Dense attention with the sink as an explicit zero-value column (paper eq. 8).
 
     q: (B, Hq, Nq, D); k, v: (B, Hkv, Nk, D) with Hq a multiple of Hkv; query i sits at key
-    position Nk - Nq + i. Key j is visible to position t iff j <= t and (window is None or
-    t - j < window or j < prefix); key_padding_mask (B, Nk) bool, True = real key. sinks: (Hq,)
+    slot Nk - Nq + i. Key j is visible to slot t iff j <= t and (window is None or
+    p(t) - p(j) < window or p(j) < prefix), p the token position (p(j) = j without padding);
+    key_padding_mask (B, Nk) bool, True = real key: pads are hidden and do not advance p. sinks: (Hq,)
     logits or None (no sink column). scale defaults to D ** -0.5. Computes in q's dtype.
 
     Returns out (B, Hq, Nq, D); with return_probs=True also the probabilities
@@ -44,9 +45,12 @@ def explicit_sink_attention(q, k, v, sinks=None, *, window=None, prefix=0, scale
     head_of = torch.arange(hq, device=q.device) // (hq // hkv)  # query head -> its KV head
     k, v = k[:, head_of], v[:, head_of]
 
-    visible = visible_keys(n_q, n_k, window, prefix, device=q.device)[None, None]
-    if key_padding_mask is not None:
-        visible = visible & key_padding_mask.to(torch.bool)[:, None, None, :]
+    if key_padding_mask is None:
+        visible = visible_keys(n_q, n_k, window, prefix, device=q.device)[None, None]
+    else:
+        real = key_padding_mask.to(torch.bool)
+        visible = visible_keys(n_q, n_k, window, prefix, device=q.device, positions=real.long().cumsum(-1) - 1)
+        visible = (visible & real[:, None, :])[:, None]
 
     scores = torch.einsum("bhid,bhjd->bhij", q, k) * scale
     scores = scores.masked_fill(~visible, float("-inf"))
@@ -60,14 +64,17 @@ def explicit_sink_attention(q, k, v, sinks=None, *, window=None, prefix=0, scale
     return (out, probs) if return_probs else out
 
 
-def visible_keys(n_q, n_k, window=None, prefix=0, device=None):
-    """(n_q, n_k) bool: key j visible to query i (at position t = n_k - n_q + i) iff j <= t and
-    (window is None or t - j < window or j < prefix), spelled out from the definition."""
+def visible_keys(n_q, n_k, window=None, prefix=0, device=None, positions=None):
+    """(n_q, n_k) bool: key j visible to query i (at slot t = n_k - n_q + i) iff j <= t and
+    (window is None or p(t) - p(j) < window or p(j) < prefix), spelled out from the definition.
+    positions: optional (B, n_k) token positions p (default p(j) = j); the result is then
+    (B, n_q, n_k)."""
     t = torch.arange(n_k - n_q, n_k, device=device)[:, None]
     j = torch.arange(n_k, device=device)[None, :]
     visible = j <= t
     if window is not None:
-        visible = visible & ((t - j < window) | (j < prefix))
+        pt, pj = (t, j) if positions is None else (positions[:, n_k - n_q:, None], positions[:, None, :])
+        visible = visible & ((pt - pj < window) | (pj < prefix))
     return visible
 
 

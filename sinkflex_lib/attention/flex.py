@@ -29,14 +29,16 @@ def _compiled_flex():
 
 def flex_block_mask(mask: SinkMask, n_q: int, n_k: int, device, key_padding_mask=None):
     """The BlockMask for `mask`; broadcast over batch and heads (B=None, H=None) unless a key
-    padding mask (B, Nk) makes it batch-dependent, in which case B is the batch size."""
+    padding mask (B, Nk) makes it batch-dependent, in which case B is the batch size (and the
+    window counts real keys, `SinkMask.positions`)."""
     if key_padding_mask is None:
         return mask.block_mask(n_q, n_k, device=device)
     offset = n_k - n_q
-    kpm = key_padding_mask
+    kpm, pos = key_padding_mask, mask.positions(key_padding_mask)
 
     def padded_mask_mod(b, h, q_idx, kv_idx):
-        return mask.visible(q_idx + offset, kv_idx) & kpm[b, kv_idx]
+        t = q_idx + offset
+        return mask.visible(t, kv_idx, pos[b, t], pos[b, kv_idx]) & kpm[b, kv_idx]
 
     return create_block_mask(padded_mask_mod, B=kpm.shape[0], H=None, Q_LEN=n_q, KV_LEN=n_k,
                              device=device)

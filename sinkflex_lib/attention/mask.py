@@ -3,17 +3,26 @@
 Convention (Hugging Face's, so `window=W` equals gpt-oss's eager path): key j is visible to
 the query at position t iff
 
-    j <= t  and  (window is None  or  t - j < window  or  j < prefix).
+    j <= t  and  (window is None  or  p(t) - p(j) < window  or  p(j) < prefix)
+
+where p is a slot's token position. Without padding p(j) = j. With a key padding mask
+(pads anywhere: a batched decode loop leaves them between a row's turns), p counts real keys
+only (`positions`: pads do not advance it, as position ids do not), so the window spans
+`window` real tokens and a padded row attends exactly as the same tokens would unpadded.
 
 The paper writes `q - k <= w`; its w is W - 1. With Nq queries and Nk keys (Nq <= Nk), query i
-sits at key position t = Nk - Nq + i, so decoding against a KV cache uses the same mask.
+sits at key slot t = Nk - Nq + i, so decoding against a KV cache uses the same mask.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
+
+
+BLOCK_MASK_CACHE = 8
 
 
 @dataclass(frozen=True)
@@ -38,12 +47,21 @@ class SinkMask:
         return self.window is None
 
     # -- the predicate, in three forms ---------------------------------------------------
-    def visible(self, t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
-        """Elementwise visibility of key position `j` to query position `t` (broadcasting)."""
+    def visible(self, t: torch.Tensor, j: torch.Tensor, pt: torch.Tensor | None = None,
+                pj: torch.Tensor | None = None) -> torch.Tensor:
+        """Elementwise visibility of key slot `j` to query slot `t` (broadcasting). pt, pj:
+        their token positions (see `positions`; default the slots themselves)."""
         ok = j <= t
         if self.window is not None:
-            ok = ok & ((t - j < self.window) | (j < self.prefix))
+            pt, pj = (t, j) if pt is None else (pt, pj)
+            ok = ok & ((pt - pj < self.window) | (pj < self.prefix))
         return ok
+
+    @staticmethod
+    def positions(key_padding_mask: torch.Tensor) -> torch.Tensor:
+        """(B, Nk) bool, True = real key -> (B, Nk) long token positions: the number of real
+        keys before each slot, minus one on a pad (a pad shares its predecessor's position)."""
+        return key_padding_mask.long().cumsum(-1) - 1
 
     def mask_mod(self, q_offset: int = 0):
         """A FlexAttention `mask_mod(b, h, q_idx, kv_idx)`; query q_idx sits at q_idx + q_offset."""
@@ -64,7 +82,9 @@ class SinkMask:
     def block_mask(self, n_q: int, n_k: int, device=None, block_size: int = 128):
         """FlexAttention BlockMask built with B=None, H=None (broadcast over batch and heads).
 
-        Cached per (n_q, n_k, device, block_size), so a model's layers share one.
+        Cached per (n_q, n_k, device, block_size), the last `BLOCK_MASK_CACHE` shapes (decoding
+        makes a new shape every step); `sink_mask` hands every layer with the same window and
+        prefix the same `SinkMask`, so a model's layers share one.
         """
         from torch.nn.attention.flex_attention import create_block_mask
 
@@ -72,24 +92,33 @@ class SinkMask:
         device = torch.device(device if device is not None else "cpu")
         key = (n_q, n_k, str(device), block_size)
         if key not in self._block_masks:
+            while len(self._block_masks) >= BLOCK_MASK_CACHE:
+                self._block_masks.pop(next(iter(self._block_masks)))  # the oldest shape
             self._block_masks[key] = create_block_mask(
                 self.mask_mod(q_offset=n_k - n_q), B=None, H=None, Q_LEN=n_q, KV_LEN=n_k,
                 device=device, BLOCK_SIZE=block_size)
         return self._block_masks[key]
 
     # -- what a tile of queries needs --------------------------------------------------
-    def key_ranges(self, t0: int, t1: int) -> list[tuple[int, int]]:
-        """Half-open key ranges that queries at positions [t0, t1) can see, in order.
+    def key_ranges(self, t0: int, t1: int, positions: torch.Tensor | None = None) -> list[tuple[int, int]]:
+        """Half-open key slot ranges that queries at slots [t0, t1) can see, in order.
 
         At most two: the prefix [0, prefix) and the local band [t0 - window + 1, t1).
         Every key outside these ranges is hidden from all the queries in the tile.
+        positions: (B, Nk) token positions; the ranges then cover what any row can see.
         """
         if self.window is None:
             return [(0, t1)]
-        lo = max(0, t0 - self.window + 1)
-        if lo <= self.prefix:
+        if positions is None:
+            lo, hi_prefix = max(0, t0 - self.window + 1), self.prefix
+        else:  # positions never decrease along a row, so each bound is one binary search
+            band = (positions[:, t0] - self.window).unsqueeze(1)
+            lo = int(torch.searchsorted(positions, band, right=True).min())
+            pre = torch.full_like(band, self.prefix - 1)
+            hi_prefix = int(torch.searchsorted(positions, pre, right=True).max()) if self.prefix else 0
+        if lo <= hi_prefix:
             return [(0, t1)]
-        return [(0, self.prefix), (lo, t1)] if self.prefix > 0 else [(lo, t1)]
+        return [(0, hi_prefix), (lo, t1)] if hi_prefix > 0 else [(lo, t1)]
 
     def visible_fraction(self, n_q: int, n_k: int) -> float:
         """Fraction of (query, key) pairs that are visible (closed form, no dense mask)."""
@@ -102,6 +131,12 @@ class SinkMask:
                 band_lo = max(0, t - self.window + 1)
                 total += (t + 1 - band_lo) + min(self.prefix, band_lo)
         return total / (n_q * n_k)
+
+
+@functools.lru_cache(maxsize=32)
+def sink_mask(window: int | None = None, prefix: int = 0) -> SinkMask:
+    """The shared `SinkMask` for (window, prefix): one instance, so its block masks are shared."""
+    return SinkMask(window=window, prefix=prefix)
 
 
 def _check_lengths(n_q: int, n_k: int) -> None:

@@ -74,14 +74,25 @@ class Policy:
             yield self.reference
 
 
+def lora_config(r: int):
+    """A peft LoraConfig of rank `r` on gpt-oss's attention projections (the experts are fused
+    tensors), alpha 2r, no dropout: the one LoRA recipe of our trainer and the TRL path."""
+    from peft import LoraConfig
+
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise ValueError(f"LoRA rank must be an integer >= 1, got {r!r}")
+    return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
 def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkflex", seed: int = 0,
-                 dtype: torch.dtype = torch.float32, device="cpu", lora: dict | None = None,
+                 dtype: torch.dtype = torch.float32, device="cpu", lora: int | None = None,
                  tokenizer_dir: str | Path | None = None, **overrides) -> Policy:
     """A policy: preset name ("tiny", "micro") or a local HF causal-LM directory.
 
     overrides: GptOssConfig fields for presets (e.g. num_hidden_layers=2).
-    lora: peft LoraConfig keyword arguments (e.g. {"r": 8, "target_modules": [...]}) to wrap
-    the model in a LoRA adapter; the reference policy is then the model with the adapter off.
+    lora: a rank r to wrap the model in a LoRA adapter (`lora_config(r)`); the reference
+    policy is then the model with the adapter off.
     """
     if name_or_path in POLICY_PRESETS:
         tok = build_tokenizer(tokenizer_dir) if tokenizer_dir else build_tokenizer()
@@ -112,9 +123,9 @@ def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkfle
         raise ValueError(f"name_or_path must be one of {sorted(POLICY_PRESETS)} or an existing local "
                          f"model directory, got {name_or_path!r}")
     if lora:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **lora))
+        model = get_peft_model(model, lora_config(lora))
     return Policy(model, tok, name, lora=bool(lora))
 
 

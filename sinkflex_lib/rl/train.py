@@ -68,6 +68,8 @@ class TrainConfig:
     steps: int = 20
     groups_per_step: int = 4
     group_size: int = 8
+    sample_groups: int | None = None   # dynamic sampling: roll out this many groups, train on the
+                                       # first groups_per_step with reward spread (None: off)
     ppo_epochs: int = 1
     minibatch_size: int = 16
     lr: float = 5e-4
@@ -230,8 +232,18 @@ def read_metrics(out_dir) -> list[dict]:
     return [json.loads(line) for line in open(path)] if path.exists() else []
 
 
+def informative_groups(rollouts, group_size: int, limit: int) -> list:
+    """DAPO's dynamic sampling: the rollouts of the first `limit` groups whose rewards are not
+    all equal (a zero-spread group has zero advantage everywhere: no policy gradient)."""
+    groups = [rollouts[k:k + group_size] for k in range(0, len(rollouts), group_size)]
+    keep = [g for g in groups if len({r.reward for r in g}) > 1][:limit]
+    return [r for g in keep for r in g]
+
+
 def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generator) -> dict:
     """`ppo_epochs` passes of minibatch updates on one batch of rollouts; averaged metrics."""
+    if not rollouts:  # dynamic sampling found no group with reward spread
+        return _update_metrics({}, 0, 0, cfg, 0.0)
     pad_id = policy.token_id(PAD)
     batch = collate(rollouts, pad_id)
     adv = group_advantages(batch["reward"], cfg.group_size, norm_by_std=cfg.norm_adv_by_std)
@@ -268,13 +280,17 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
                 sums[key] = sums.get(key, 0.0) + v
             n_mb += 1
             n_tok += int(sub["attention_mask"].sum())
+    return _update_metrics(sums, n_mb, n_tok, cfg, float(adv.abs().mean()))
+
+
+def _update_metrics(sums: dict, n_mb: int, n_tok: int, cfg: TrainConfig, adv_abs_mean: float) -> dict:
     keys = ("policy_loss", "clip_frac_low", "clip_frac_high", "ratio_mean", "kl", "kl_loss", "entropy",
             "grad_norm", "loss")
     out = {k: (sums[k] / n_mb if n_mb and k in sums else math.nan) for k in keys}
     out["kl_reference"] = "ref" if cfg.beta > 0 else "sampling"
     out["minibatches"] = n_mb
     out["update_tokens"] = n_tok
-    out["adv_abs_mean"] = float(adv.abs().mean())
+    out["adv_abs_mean"] = adv_abs_mean
     return out
 
 
@@ -338,14 +354,18 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
         if torch.device(device).type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         rng = np.random.default_rng([seed, step])
-        tids = [str(t) for t in rng.choice(train_ids, cfg.groups_per_step, replace=False)]
-        tseeds = [int(s) for s in rng.integers(0, 2**31 - 1, cfg.groups_per_step)]
+        n_groups = cfg.sample_groups or cfg.groups_per_step
+        tids = [str(t) for t in rng.choice(train_ids, n_groups, replace=False)]
+        tseeds = [int(s) for s in rng.integers(0, 2**31 - 1, n_groups)]
         gen = torch.Generator().manual_seed(_step_seed(seed, step))
         rstats = {}
         rollouts = rollout_batch(policy, group_specs(tids, cfg.group_size, tseeds), rcfg, gen, rstats)
         window.extend(r.reward for r in rollouts)
+        batch = (informative_groups(rollouts, cfg.group_size, cfg.groups_per_step) if cfg.sample_groups
+                 else rollouts)
         tu = time.perf_counter()
-        upd = grpo_update(policy, opt, rollouts, cfg, rng)
+        upd = grpo_update(policy, opt, batch, cfg, rng)
+        upd["update_groups"] = len(batch) // cfg.group_size
         update_s = time.perf_counter() - tu
         step_s = time.perf_counter() - ts
         row = {"kind": "train", "step": step, **_rollout_metrics(rollouts, cfg.group_size),

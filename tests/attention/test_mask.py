@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from sinkflex_lib.attention import SinkMask
+from sinkflex_lib.attention.mask import BLOCK_MASK_CACHE, sink_mask
 
 
 def loop_mask(n_q, n_k, window, prefix):
@@ -56,6 +57,10 @@ def test_block_mask_is_broadcast_and_cached():
     bm = mask.block_mask(300, 300, block_size=128)
     assert bm.kv_num_blocks.shape[:2] == (1, 1)  # B=None, H=None
     assert mask.block_mask(300, 300, block_size=128) is bm
+    for n in range(1, 20):  # decoding: a new shape every step; the cache keeps the last few
+        mask.block_mask(n, 300 + n, block_size=128)
+    assert len(mask._block_masks) == BLOCK_MASK_CACHE
+    assert sink_mask(16, 4) is sink_mask(16, 4) and sink_mask(16, 4) == mask
     dense = bm.to_dense()[0, 0].bool()  # (q blocks, kv blocks): blocks the kernel visits
     want = loop_mask(300, 300, 16, 4)
     for qb in range(dense.shape[0]):
@@ -76,3 +81,30 @@ def test_bad_arguments_name_themselves(kwargs, match):
 def test_lengths_are_checked():
     with pytest.raises(ValueError, match="n_q must be <= n_k"):
         SinkMask().dense(5, 4)
+
+
+def test_positions_count_real_keys_only():
+    kpm = torch.tensor([[False, True, True, False, False, True], [True] * 6])
+    assert SinkMask.positions(kpm).tolist() == [[-1, 0, 1, 1, 1, 2], [0, 1, 2, 3, 4, 5]]
+
+
+@pytest.mark.parametrize("window,prefix", [(1, 0), (3, 0), (3, 2), (5, 4)])
+@pytest.mark.parametrize("tile", [1, 4])
+def test_key_ranges_with_pads_cover_every_row_s_visible_keys(window, prefix, tile):
+    """With pads inside the rows the window reaches further back in slots; the ranges must
+    still hold every key any row's query in the tile can see (checked against a loop)."""
+    g = torch.Generator().manual_seed(window * 10 + prefix)
+    kpm = torch.rand(3, 24, generator=g) > 0.5
+    mask = SinkMask(window, prefix)
+    pos = SinkMask.positions(kpm)
+    for t0 in range(0, 24, tile):
+        t1 = min(t0 + tile, 24)
+        covered = torch.zeros(24, dtype=torch.bool)
+        for a, b in mask.key_ranges(t0, t1, pos):
+            covered[a:b] = True
+        for row in range(3):
+            p = [int(kpm[row, :j + 1].sum()) - 1 for j in range(24)]
+            for t in range(t0, t1):
+                for j in range(t + 1):
+                    if kpm[row, j] and (p[t] - p[j] < window or p[j] < prefix):
+                        assert covered[j], (row, t, j)

@@ -59,6 +59,26 @@ def test_recomputed_logprobs_equal_sampling_logprobs(rollouts):
     torch.testing.assert_close(logp[m], batch["old_logp"][m], atol=1e-4, rtol=0)
 
 
+def test_padded_layouts_score_as_their_pad_free_episodes(rollouts):
+    """A batched decode loop leaves pads inside each row (rows wait for the longest pending
+    observation). Scored on the pad-free token sequence (what the warm start and TRL see), each
+    episode's sampled tokens get the sampling log-probs: the sliding window (64 here) counts
+    real tokens, not cache slots."""
+    policy, rs = rollouts
+    assert policy.model.config.sliding_window < max(r.n_tokens for r in rs)
+    assert any(0 in r.attn[r.mask.index(1):] for r in rs)  # pads inside episodes
+    for r in rs:
+        real = [k for k, a in enumerate(r.attn) if a]
+        ids = torch.tensor([[r.ids[k] for k in real]])
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                 "position_ids": torch.arange(len(real))[None]}
+        with torch.no_grad():
+            logp, _ = token_logprobs(policy.model.eval(), batch)
+        m = torch.tensor([r.mask[k] for k in real]) > 0
+        want = torch.tensor([r.old_logp[k] for k in real])
+        torch.testing.assert_close(logp[0, m], want[m], atol=1e-4, rtol=0)
+
+
 def test_group_rollouts_share_the_task_seed_and_prompt(rollouts):
     _, rs = rollouts
     first = [r.ids[:40] for r in rs[:3]]

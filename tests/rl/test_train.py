@@ -82,3 +82,33 @@ def test_cli_rejects_unknown_profile():
     with pytest.raises(ValueError, match="profile must be one of"):
         TrainConfig.from_profile("huge")
 
+
+
+def test_informative_groups_keeps_the_first_groups_with_reward_spread():
+    from sinkflex_lib.rl.rollout import Rollout
+
+    def group(rewards, name):
+        out = []
+        for r in rewards:
+            x = Rollout(name, 0)
+            x.reward = r
+            out.append(x)
+        return out
+
+    rs = group([0, 0], "a") + group([1, 0], "b") + group([1, 1], "c") + group([0, 1], "d") + group([1, 0], "e")
+    kept = train_mod.informative_groups(rs, group_size=2, limit=2)
+    assert [x.task_id for x in kept] == ["b", "b", "d", "d"]
+    assert train_mod.informative_groups(group([1, 1, 1], "z"), 3, 4) == []
+
+
+def test_dynamic_sampling_trains_only_on_groups_with_spread(tmp_path, fake_rewards):
+    cfg = TrainConfig.from_profile("smoke", **{**TINY, "sample_groups": 4, "groups_per_step": 1,
+                                               "minibatch_size": 8, "ppo_epochs": 1})
+    train(cfg, tmp_path, seed=0, log=lambda m: None)
+    rows = [r for r in read_metrics(tmp_path) if r["kind"] == "train"]
+    assert any(r["update_groups"] for r in rows)
+    for r in rows:
+        assert len(r["tasks"]) == 4                    # four groups rolled out
+        groups_with_spread = round(4 * (1 - r["zero_spread_frac"]))
+        assert r["update_groups"] == min(1, groups_with_spread)
+        assert r["minibatches"] == r["update_groups"]  # one minibatch holds the kept group

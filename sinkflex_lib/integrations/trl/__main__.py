@@ -2,7 +2,7 @@
 
     python -m sinkflex_lib.integrations.trl train --profile smoke|cpu|gpu --out DIR [--seed S]
         [--steps N] [--threads T] [--set FIELD=VALUE ...] [--trl FIELD=VALUE ...]
-        [--lora-r R] [--decode episode|batch] [--warm-start DIR]
+        [--lora-r R] [--decode batch|episode] [--warm-start DIR]
     torchrun --nproc_per_node N -m sinkflex_lib.integrations.trl train --profile smoke --out DIR
 
 Prints one line per process per GRPO step (its rollouts and a checksum of its weights) and one
@@ -45,8 +45,8 @@ def main(argv=None) -> int:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--steps", type=int, default=None, help="override the profile's GRPO steps")
     t.add_argument("--warm-start", default=None, help="a folder written by a previous warm start to reuse")
-    t.add_argument("--decode", default="episode", choices=DECODE_MODES,
-                   help="one decode loop per episode (exact rescoring) or per process (faster)")
+    t.add_argument("--decode", default="batch", choices=DECODE_MODES,
+                   help="one decode loop per process (default) or per episode (exact with any attention)")
     t.add_argument("--lora-r", type=int, default=None, help="train a LoRA adapter of this rank (peft)")
     t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a TrainConfig field, e.g. --set beta=0.04 (mapped onto GRPOConfig)")

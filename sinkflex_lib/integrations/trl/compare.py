@@ -27,7 +27,7 @@ from .rollout import DECODE_MODES, play, to_trl
 from .trainer import train_trl, warm_start_run
 
 
-def train_both(cfg: TrainConfig, root, seed: int = 0, decode: str = "episode", log=print, **grpo_overrides) -> dict:
+def train_both(cfg: TrainConfig, root, seed: int = 0, decode: str = "batch", log=print, **grpo_overrides) -> dict:
     """Warm start once, then GRPO with our trainer and with TRL's. Returns {"ours": rows,
     "trl": rows} (metrics.jsonl rows of each run) plus "seconds" per trainer."""
     root = Path(root)

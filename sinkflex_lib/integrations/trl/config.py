@@ -73,6 +73,9 @@ def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int 
         raise ValueError(f"loss_agg_mode must be one of {sorted(LOSS_TYPES)}, got {cfg.loss_agg_mode!r}")
     if cfg.group_size < 2:
         raise ValueError(f"TRL's GRPOTrainer needs group_size >= 2, got {cfg.group_size}")
+    if cfg.sample_groups:
+        raise ValueError(f"sample_groups={cfg.sample_groups} (dynamic sampling) has no GRPOTrainer "
+                         "equivalent: set sample_groups=None for TRL")
     geometry = batch_geometry(cfg, num_processes)
     kwargs = dict(
         output_dir=str(output_dir), seed=seed, data_seed=seed,

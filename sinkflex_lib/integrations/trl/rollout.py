@@ -23,13 +23,12 @@ passes the reward through and logs its breakdown).
 Layout. Our worker's rows hold decode pads (attention 0) where a row waited for others in a
 batched decode loop; pads never advance the position ids. TRL scores prompt + completion with
 implicit positions 0..n-1 and no interior padding, so the pads are dropped here: the real tokens
-keep exactly their positions. What the pads change is the sliding window, which counts cache
-slots: a token sampled with pads inside its window saw fewer real keys than TRL's rescoring
-shows it. `decode="episode"` (the default) therefore plays each episode in its own decode loop,
-without pads, so TRL's log-probs equal the sampling ones up to float rounding;
-`decode="batch"` plays all of this process's episodes in one loop (our trainer's way, about 3x
-faster on 2 CPU cores) at the price of that mismatch (on the cpu-profile policy, window 128:
-|delta log-prob| 0.48 nats per sampled token on average in notebook 06's cpu run).
+keep exactly their positions. The "sinkflex" attention counts its sliding window in real tokens
+(`SinkMask.positions`), so pads change nothing and TRL's log-probs equal the sampling ones up to
+float rounding with `decode="batch"` (the default: all of this process's episodes in one decode
+loop). `decode="episode"` plays each episode in its own loop, without pads: about 3x slower on
+2 CPU cores, and exact with any attention implementation (those whose sliding window counts
+cache slots, such as transformers' eager and sdpa, would see fewer real keys under pads).
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from ...envs import RetailEnv
 from ...rl.policy import Policy
 from ...rl.rollout import Rollout, RolloutConfig, rollout_batch
 
-DECODE_MODES = ("episode", "batch")
+DECODE_MODES = ("batch", "episode")
 
 
 def _seed(*parts) -> int:
@@ -65,9 +64,9 @@ def sampling_seed(seed: int, step: int, process_index: int) -> int:
 
 
 def play(policy, specs: list[tuple[str, int]], cfg: RolloutConfig, generator: torch.Generator,
-         decode: str = "episode") -> list[Rollout]:
-    """One episode per (task_id, seed) in `specs` with our worker: each in its own decode loop
-    ("episode"), or all in one ("batch"). Same generator, consumed in `specs` order."""
+         decode: str = "batch") -> list[Rollout]:
+    """One episode per (task_id, seed) in `specs` with our worker: all in one decode loop
+    ("batch"), or each in its own ("episode"). Same generator, consumed in `specs` order."""
     if decode not in DECODE_MODES:
         raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
     if decode == "batch":
@@ -134,13 +133,13 @@ class RetailRollout:
     rollout_cfg: budgets and temperature (`TrainConfig.rollout_config()`); its temperature must
         equal GRPOConfig.temperature, which TRL uses to rescore.
     seed: the run seed; task and sampling seeds derive from (seed, GRPO step, task / process).
-    decode: "episode" or "batch" (module docstring).
+    decode: "batch" or "episode" (module docstring).
     tokenizer: the policy's tokenizer (the trainer's processing_class).
     After each call, `last` holds this process's rollout summary (tasks, episodes, rewards,
     sampled tokens, seconds), for logging.
     """
 
-    def __init__(self, rollout_cfg: RolloutConfig, tokenizer, seed: int = 0, decode: str = "episode"):
+    def __init__(self, rollout_cfg: RolloutConfig, tokenizer, seed: int = 0, decode: str = "batch"):
         if decode not in DECODE_MODES:
             raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
         self.cfg, self.tokenizer, self.seed, self.decode = rollout_cfg, tokenizer, int(seed), decode

@@ -30,7 +30,7 @@ from transformers import TrainerCallback
 
 from ...envs import RetailEnv
 from ...models import ensure_registered
-from ...rl.policy import Policy, build_policy
+from ...rl.policy import Policy, build_policy, lora_config
 from ...rl.train import TrainConfig, append_metrics, read_metrics, train, validate, validation_tasks
 from .chat import prepare_tokenizer
 from .config import grpo_config
@@ -48,14 +48,6 @@ def distributed_state():
     from accelerate import PartialState
 
     return PartialState(cpu=not torch.cuda.is_available())
-
-
-def lora_config(r: int):
-    """A peft LoraConfig on gpt-oss's attention projections (the experts are fused tensors)."""
-    from peft import LoraConfig
-
-    return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
 def weights_checksum(model: torch.nn.Module) -> float:
@@ -175,7 +167,7 @@ class ScaleOutLog(TrainerCallback):
         return control
 
 
-def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decode: str = "episode",
+def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decode: str = "batch",
                  lora_r: int | None = None, log=print, **grpo_overrides):
     """A GRPOTrainer on `policy` for `cfg` (rollout_func, reward, config, dataset, logging).
 
@@ -207,7 +199,7 @@ def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decod
     return trainer
 
 
-def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, decode: str = "episode",
+def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, decode: str = "batch",
               lora_r: int | None = None, log=print, **grpo_overrides) -> dict:
     """Warm start (or load `warm_start_dir`), then GRPO on TRL's GRPOTrainer (module docstring).
 
