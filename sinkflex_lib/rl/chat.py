@@ -126,9 +126,13 @@ def canonical_action(action: str) -> str:
 # -- tokenizer -----------------------------------------------------------------------------
 
 # Pre-tokens: identifiers (anything with a digit, '_', '#' or '@', dots inside allowed:
-# user ids, order ids, emails, item ids, prices) never carry a leading space, so an id is the
-# same token string in a user message, a tool result and a tool call (copying is one mapping);
+# user ids, order ids, emails, item ids, prices) carry no leading space, so an id is the same
+# token string in a user message, a tool result and a tool call (copying is one mapping);
 # plain words carry GPT-2's optional leading space; other characters stand alone.
+# Known gap: an e-mail whose first dot comes before any digit splits as the word " luis" (with
+# the space) then ".okafor3544@example.com", and capitalised names carry the space in prose
+# (" Keiko") but not in a call ('Keiko'). A pattern without both gaps was measured (same
+# 10-epoch warm start, greedy, 103 held-out tasks): 0.019 vs 0.039, so it was not adopted.
 _ID = r"[A-Za-z0-9_#@%$-]*[0-9_#@][A-Za-z0-9_#@%$-]*(?:\.[A-Za-z0-9_#@%$-]+)*"
 PRETOKEN_PATTERN = _ID + r"| ?[A-Za-z]+| ?[^\sA-Za-z0-9#@_]|\s+"
 
