@@ -218,6 +218,26 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
     return rows
 
 
+def without_pads(r: Rollout) -> Rollout:
+    """The episode with its decode pads dropped: real tokens only, positions 0..n-1 unchanged
+    (pads never advance them). Under the sinkflex attention it scores exactly as its layout
+    (the window counts real tokens), in fewer positions."""
+    out = Rollout(r.task_id, r.seed, actions=r.actions, reward=r.reward, terminated=r.terminated,
+                  truncated=r.truncated, end_reason=r.end_reason, tool_calls=r.tool_calls,
+                  tool_errors=r.tool_errors, parse_errors=r.parse_errors, reward_info=r.reward_info)
+    for t, a, p, m, lp in zip(r.ids, r.attn, r.pos, r.mask, r.old_logp):
+        if a:
+            out.append(t, 1, p, m, lp)
+    return out
+
+
+def scores_without_pads(model) -> bool:
+    """True when `model` runs on the sinkflex attention, whose window counts real tokens, so a
+    layout and its pad-free episode get the same log-probs (transformers' eager and sdpa count
+    cache slots: their layouts must be scored with the pads)."""
+    return str(getattr(model.config, "_attn_implementation", "")).startswith("sinkflex")
+
+
 def group_specs(task_ids: list[str], group_size: int, seeds: list[int]) -> list[tuple[str, int]]:
     """G copies of each task with that task's seed, group-contiguous."""
     return [(tid, s) for tid, s in zip(task_ids, seeds) for _ in range(group_size)]

@@ -45,7 +45,8 @@ from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
 from .chat import PAD
 from .policy import build_policy, num_parameters
-from .rollout import RolloutConfig, collate, group_specs, rollout_batch, token_logprobs
+from .rollout import (RolloutConfig, collate, group_specs, rollout_batch, scores_without_pads,
+                      token_logprobs, without_pads)
 from .warmstart import warm_start
 
 
@@ -245,6 +246,8 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
     if not rollouts:  # dynamic sampling found no group with reward spread
         return _update_metrics({}, 0, 0, cfg, 0.0)
     pad_id = policy.token_id(PAD)
+    if scores_without_pads(policy.model):  # same log-probs, fewer positions to score
+        rollouts = [without_pads(r) for r in rollouts]
     batch = collate(rollouts, pad_id)
     adv = group_advantages(batch["reward"], cfg.group_size, norm_by_std=cfg.norm_adv_by_std)
     model = policy.model

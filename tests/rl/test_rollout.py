@@ -3,7 +3,7 @@ import torch
 
 from sinkflex_lib.rl.chat import END
 from sinkflex_lib.rl.rollout import (RolloutConfig, collate, group_specs, previous_real_index,
-                                     rollout_batch, token_logprobs)
+                                     rollout_batch, scores_without_pads, token_logprobs, without_pads)
 
 CFG = RolloutConfig(max_turns=4, max_tokens=700, max_new_tokens=12)
 
@@ -59,24 +59,27 @@ def test_recomputed_logprobs_equal_sampling_logprobs(rollouts):
     torch.testing.assert_close(logp[m], batch["old_logp"][m], atol=1e-4, rtol=0)
 
 
-def test_padded_layouts_score_as_their_pad_free_episodes(rollouts):
+def test_padded_layouts_score_as_their_pad_free_episodes(rollouts, micro_policy_factory):
     """A batched decode loop leaves pads inside each row (rows wait for the longest pending
-    observation). Scored on the pad-free token sequence (what the warm start and TRL see), each
-    episode's sampled tokens get the sampling log-probs: the sliding window (64 here) counts
-    real tokens, not cache slots."""
+    observation). Scored without its pads (what the warm start and TRL see, and what the trainer
+    scores on sinkflex), each episode's sampled tokens get the sampling log-probs: the sliding
+    window (64 here) counts real tokens, not cache slots."""
     policy, rs = rollouts
     assert policy.model.config.sliding_window < max(r.n_tokens for r in rs)
     assert any(0 in r.attn[r.mask.index(1):] for r in rs)  # pads inside episodes
-    for r in rs:
+    compact = [without_pads(r) for r in rs]
+    for r, c in zip(rs, compact):
         real = [k for k, a in enumerate(r.attn) if a]
-        ids = torch.tensor([[r.ids[k] for k in real]])
-        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                 "position_ids": torch.arange(len(real))[None]}
-        with torch.no_grad():
-            logp, _ = token_logprobs(policy.model.eval(), batch)
-        m = torch.tensor([r.mask[k] for k in real]) > 0
-        want = torch.tensor([r.old_logp[k] for k in real])
-        torch.testing.assert_close(logp[0, m], want[m], atol=1e-4, rtol=0)
+        assert c.ids == [r.ids[k] for k in real] and c.pos == list(range(len(real)))
+        assert c.mask == [r.mask[k] for k in real] and c.old_logp == [r.old_logp[k] for k in real]
+        assert (c.reward, c.actions, c.n_sampled) == (r.reward, r.actions, r.n_sampled)
+    batch = collate(compact, policy.token_id("<|pad|>"))
+    with torch.no_grad():
+        logp, _ = token_logprobs(policy.model.eval(), batch)
+    m = batch["mask"] > 0
+    torch.testing.assert_close(logp[m], batch["old_logp"][m], atol=1e-4, rtol=0)
+    assert scores_without_pads(policy.model)
+    assert not scores_without_pads(micro_policy_factory(attn_implementation="eager").model)
 
 
 def test_group_rollouts_share_the_task_seed_and_prompt(rollouts):
