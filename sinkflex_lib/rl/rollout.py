@@ -10,11 +10,11 @@ advance in one decode loop over one `DynamicCache`. Each forward feeds every liv
 tokens it has pending (its new observation, or its last sampled token), left-padded to the
 longest with pad tokens whose attention mask is 0. A row's *layout* is everything fed to
 the cache in order, pads included, with the position ids (pads do not advance positions).
-The trainer scores exactly this layout (same pads, same positions), so the recomputed
-log-probs equal the sampling ones up to float rounding. With the "sinkflex" attention the
-sliding window counts real tokens (`SinkMask.positions`), so the pads change nothing at all:
-the layout scores as its pad-free episode (what the warm start trains on, and what TRL
-rescores). Finished rows leave the batch (their cache rows are dropped).
+Scoring this layout (same pads, same positions) gives the sampling log-probs up to float
+rounding. With the "sinkflex" attention the sliding window counts real tokens
+(`SinkMask.positions`), so the pads change nothing at all: the layout scores as its pad-free
+episode (`without_pads`: what the warm start trains on, what TRL rescores, and what the trainer
+scores on sinkflex). Finished rows leave the batch (their cache rows are dropped).
 
 A turn: feed pending -> sample tokens until <|end|> (or `max_new_tokens`: a forced <|end|>
 with mask 0 closes the turn) -> decode the sampled tokens -> env.step(action) -> tokenize

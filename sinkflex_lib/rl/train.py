@@ -6,9 +6,11 @@ or `train(TrainConfig.from_profile("cpu"), out_dir, seed)`. Per GRPO step: sampl
 `groups_per_step` training tasks (each with its own task seed), roll out `group_size`
 episodes of each in one batched decode loop, score them (the environment's reward), compute
 group advantages (paper eq. 3), and take `ppo_epochs` passes of minibatch updates of the
-clipped loss (eqs. 4-7) with gradient clipping. Every `val_every` steps (and before the first
-step, right after the warm start) validation mean@1: one sampled episode (temperature 1, a
-fixed validation seed) per held-out task.
+clipped loss (eqs. 4-7) with gradient clipping. With `sample_groups` set (DAPO's dynamic
+sampling), `sample_groups` groups are rolled out and the update takes the first
+`groups_per_step` of them whose rewards differ. Every `val_every` steps (and before the first
+step, right after the warm start) validation mean@1: one episode per held-out task, decoded
+at `val_temperature` (0, the default: greedy; else sampled with a fixed validation seed).
 
 Logged to DIR/metrics.jsonl, one JSON object per line with "kind": "warm_start" (per BC
 step), "train" (per GRPO step) or "val". Train rows: reward_mean/std (training score =
@@ -17,7 +19,8 @@ zero_spread_frac (groups whose rewards are all equal), kl (k3 against the refere
 beta > 0, else against the sampling policy), entropy, clip_frac_low/high, ratio_mean,
 policy_loss, response_length (sampled tokens per episode), episode_tokens, turns,
 tool_call_rate (tool calls per turn), tool_error_rate (errors per tool call), tokens_per_s,
-rollout_s, update_s, step_s, peak_mem_gb (CPU: process peak RSS; CUDA: max allocated).
+rollout_s, update_s, step_s, peak_mem_gb (CPU: process peak RSS; CUDA: max allocated),
+update_groups (groups the update trained on).
 
 Checkpoints in DIR/checkpoint/: model.safetensors, optimizer.pt, state.pt (step, RNG states,
 the running-reward window, config). All randomness of a step derives from (seed, step), so
