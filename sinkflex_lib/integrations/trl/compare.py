@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 from ...rl.chat import PAD
-from ...rl.rollout import Rollout, RolloutConfig, collate, token_logprobs
+from ...rl.rollout import RolloutConfig, collate, token_logprobs, without_pads
 from ...rl.train import TrainConfig, read_metrics, train
 from .config import FIELD_MAP, grpo_config
-from .rollout import DECODE_MODES, play, to_trl
+from .rollout import DECODE_MODES, play
 from .trainer import train_trl, warm_start_run
 
 
@@ -87,8 +87,8 @@ def config_rows(cfg: TrainConfig, num_processes: int = 1, **overrides) -> list[d
 def rescoring_gap(policy, specs: list[tuple[str, int]], cfg: RolloutConfig, seed: int = 0) -> dict:
     """How far TRL's rescoring is from the sampling log-probs, per decode mode.
 
-    Plays `specs` with each mode, turns the episodes into the rollout_func's output, and scores
-    prompt + completion as TRL does (no pads, positions 0..n-1; `token_logprobs` on that
+    Plays `specs` with each mode and scores each episode without its pads, the prompt +
+    completion the rollout_func returns, as TRL does (positions 0..n-1; `token_logprobs` on that
     sequence equals TRL's forward, see tests/integrations). Returns {mode: {"max", "mean",
     "pads"}}: |delta log-prob| over the sampled tokens, and the decode pads dropped.
     """
@@ -96,14 +96,7 @@ def rescoring_gap(policy, specs: list[tuple[str, int]], cfg: RolloutConfig, seed
     out = {}
     for decode in DECODE_MODES:
         rollouts = play(policy, specs, cfg, torch.Generator().manual_seed(seed), decode)
-        trl = to_trl(rollouts)
-        seqs = []
-        for p, c, m, lp in zip(trl["prompt_ids"], trl["completion_ids"], trl["env_mask"], trl["logprobs"]):
-            r = Rollout("", 0)
-            for i, (t, mask, logp) in enumerate(zip(p + c, [0] * len(p) + m, [0.0] * len(p) + lp)):
-                r.append(t, 1, i, mask, logp)
-            seqs.append(r)
-        batch = collate(seqs, pad_id)
+        batch = collate([without_pads(r) for r in rollouts], pad_id)  # what to_trl hands TRL
         logp, _ = token_logprobs(policy.model, batch, cfg.temperature)
         gap = (logp - batch["old_logp"])[batch["mask"] > 0].abs()
         out[decode] = {"max": float(gap.max()), "mean": float(gap.mean()),

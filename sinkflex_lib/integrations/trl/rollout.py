@@ -26,8 +26,8 @@ implicit positions 0..n-1 and no interior padding, so the pads are dropped here:
 keep exactly their positions. The "sinkflex" attention counts its sliding window in real tokens
 (`SinkMask.positions`), so pads change nothing and TRL's log-probs equal the sampling ones up to
 float rounding with `decode="batch"` (the default: all of this process's episodes in one decode
-loop). `decode="episode"` plays each episode in its own loop, without pads: about 3x slower on
-2 CPU cores, and exact with any attention implementation (those whose sliding window counts
+loop). `decode="episode"` plays each episode in its own loop, without pads: slower (one decode
+loop per episode), and exact with any attention implementation (those whose sliding window counts
 cache slots, such as transformers' eager and sdpa, would see fewer real keys under pads).
 """
 
@@ -41,7 +41,7 @@ import torch
 
 from ...envs import RetailEnv
 from ...rl.policy import Policy
-from ...rl.rollout import Rollout, RolloutConfig, rollout_batch
+from ...rl.rollout import Rollout, RolloutConfig, rollout_batch, without_pads
 
 DECODE_MODES = ("batch", "episode")
 
@@ -82,12 +82,9 @@ def to_trl(rollouts: list[Rollout]) -> dict[str, list]:
     """
     out = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "env_reward",
                            "reward_info", "end_reason", "turns", "task_seed")}
-    for r in rollouts:
-        real = [i for i, a in enumerate(r.attn) if a]
-        ids = [r.ids[i] for i in real]
-        mask = [r.mask[i] for i in real]
-        logp = [r.old_logp[i] for i in real]
-        if [r.pos[i] for i in real] != list(range(len(real))):
+    for r in map(without_pads, rollouts):
+        ids, mask, logp = r.ids, r.mask, r.old_logp
+        if r.pos != list(range(len(ids))):
             raise RuntimeError(f"episode {r.task_id!r}: real tokens are not at positions 0..n-1")
         if 1 not in mask:
             raise RuntimeError(f"episode {r.task_id!r} has no sampled token")
