@@ -2,13 +2,17 @@
 #   make reproduce [PROFILE=smoke|cpu|gpu]   run every notebook with Papermill
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
+#   make pretrain                            regenerate data/checkpoints/base-tiny (about 1.5 h on 2 cores)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PROFILE ?= cpu
 STAMP  := $(VENV)/.sinkflex-installed
 
-.PHONY: reproduce test gpu-check venv clean-venv
+PRETRAIN_DIR ?= $(HOME)/sinkflex_runs/pretrain-base-tiny
+PRETRAIN_THREADS ?= 2
+
+.PHONY: reproduce test gpu-check pretrain venv clean-venv
 
 venv: $(STAMP)
 
@@ -25,6 +29,11 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest tests
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest --nbval-lax notebooks/
+
+# The run's folder lives outside the repository; rerunning resumes it exactly where it stopped.
+pretrain: $(STAMP)
+	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \
+		$(if $(wildcard $(PRETRAIN_DIR)/checkpoint/state.json),--resume,) --ship data/checkpoints/base-tiny
 
 gpu-check: $(STAMP)
 	$(PY) -m sinkflex_lib.gpu_check

@@ -9,7 +9,7 @@ import torch
 from .blocked import DEFAULT_TILE, blocked_attention
 from .eager import eager_attention
 from .flex import flex_attention
-from .mask import sink_mask
+from .mask import padding_to_bool, sink_mask
 from .sink_scale import sink_scale
 
 BACKENDS = ("auto", "eager", "flex", "blocked")
@@ -31,21 +31,26 @@ def sink_attention(q, k, v, sinks=None, *, window=None, prefix=0, scale=None, ba
     q: (B, Hq, Nq, D); k, v: (B, Hkv, Nk, D), Hq a multiple of Hkv (grouped-query attention),
     Nq <= Nk with query i at key position Nk - Nq + i. sinks: (Hq,) logits or None.
     Key j is visible to query position t iff j <= t and (window is None or t - j < window or
-    j < prefix) -- see `SinkMask`. key_padding_mask: optional (B, Nk) bool, True = real key.
-    scale defaults to D ** -0.5. tile: query rows per tile of the blocked backend.
+    j < prefix) -- see `SinkMask`. key_padding_mask: optional (B, Nk), True = real key; integer
+    masks count nonzero as real, float masks are additive (0 = real, -inf = pad; see
+    `padding_to_bool`). An infinite sink gives the limit on every backend: +inf output 0, -inf
+    no sink. scale defaults to D ** -0.5. tile: query rows per tile of the blocked backend.
+    Every size must be >= 1 (B, heads, Nq, Nk, D) and Hq a multiple of Hkv.
 
     Returns out (B, Hq, Nq, D) in q's dtype, and with return_lse=True also the log-sum-exp over
     visible keys without the sink (the paper's l), float32 (float64 for float64 input).
     """
     _check_inputs(q, k, v, sinks, key_padding_mask)
     mask = sink_mask(window, prefix)
+    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
+        raise ValueError(f"tile must be an integer >= 1, got {tile!r}")
     if scale is None:
         scale = q.shape[-1] ** -0.5
     elif not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a positive finite number or None, got {scale!r}")
     backend = resolve_backend(backend, q.device)
     if key_padding_mask is not None:
-        key_padding_mask = key_padding_mask.to(device=q.device, dtype=torch.bool)
+        key_padding_mask = padding_to_bool(key_padding_mask).to(q.device)
 
     if backend == "eager":
         out, lse = eager_attention(q, k, v, sinks, mask, scale, key_padding_mask)
@@ -70,6 +75,10 @@ def _check_inputs(q, k, v, sinks, key_padding_mask):
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     b, hq, n_q, d = q.shape
+    for name, size in (("batch size B", b), ("head count Hq", hq), ("head dim D", d),
+                       ("KV head count Hkv", k.shape[1])):
+        if size < 1:
+            raise ValueError(f"{name} must be >= 1, got {size} (q: {tuple(q.shape)}, k: {tuple(k.shape)})")
     if k.shape[0] != b or k.shape[3] != d:
         raise ValueError(f"k must be (B={b}, Hkv, Nk, D={d}) to match q, got {tuple(k.shape)}")
     hkv, n_k = k.shape[1], k.shape[2]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .mask import SinkMask
+from .sink_scale import finite_sinks
 
 
 def eager_attention(q, k, v, sinks, mask: SinkMask, scale: float, key_padding_mask=None):
@@ -34,7 +35,7 @@ def eager_attention(q, k, v, sinks, mask: SinkMask, scale: float, key_padding_ma
     scores = scores.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(scores.to(_stat_dtype(q)), dim=-1)
     if sinks is not None:
-        sink_col = sinks.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        sink_col = finite_sinks(sinks, scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
         combined = torch.cat([scores, sink_col], dim=-1)
         combined = combined - combined.amax(dim=-1, keepdim=True)
         probs = torch.softmax(combined, dim=-1)[..., :-1]

@@ -8,8 +8,9 @@ Nk + 1 scores then gives
 
 which the library computes instead as sigmoid(l - s) * O_std (eqs. 9-10). This module keeps the
 explicit form so notebooks can compare the two; it builds the (B, Hq, Nq, 1 + Nk) score matrix,
-so use it only at sizes where that fits. It shares no code with the library's backends: the
-mask is spelled out from its definition and grouped-query heads are expanded by indexing.
+so use it only at sizes where that fits. It shares no attention code with the library's
+backends (only how inputs are read: `padding_to_bool`, `finite_sinks`): the mask is spelled out
+from its definition and grouped-query heads are expanded by indexing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+
+from .mask import padding_to_bool
+from .sink_scale import finite_sinks
 
 
 def explicit_sink_attention(q, k, v, sinks=None, *, window=None, prefix=0, scale=None,
@@ -26,8 +30,9 @@ def explicit_sink_attention(q, k, v, sinks=None, *, window=None, prefix=0, scale
     q: (B, Hq, Nq, D); k, v: (B, Hkv, Nk, D) with Hq a multiple of Hkv; query i sits at key
     slot Nk - Nq + i. Key j is visible to slot t iff j <= t and (window is None or
     p(t) - p(j) < window or p(j) < prefix), p the token position (p(j) = j without padding);
-    key_padding_mask (B, Nk) bool, True = real key: pads are hidden and do not advance p. sinks: (Hq,)
-    logits or None (no sink column). scale defaults to D ** -0.5. Computes in q's dtype.
+    key_padding_mask (B, Nk), True = real key (as `sink_attention` reads it): pads are hidden and
+    do not advance p. sinks: (Hq,) logits or None (no sink column); an infinite one gives its
+    limit. scale defaults to D ** -0.5. Computes in q's dtype.
 
     Returns out (B, Hq, Nq, D); with return_probs=True also the probabilities
     (B, Hq, Nq, 1 + Nk) whose column 0 is the sink's share (absent when sinks is None).
@@ -48,14 +53,14 @@ def explicit_sink_attention(q, k, v, sinks=None, *, window=None, prefix=0, scale
     if key_padding_mask is None:
         visible = visible_keys(n_q, n_k, window, prefix, device=q.device)[None, None]
     else:
-        real = key_padding_mask.to(torch.bool)
+        real = padding_to_bool(key_padding_mask)
         visible = visible_keys(n_q, n_k, window, prefix, device=q.device, positions=real.long().cumsum(-1) - 1)
         visible = (visible & real[:, None, :])[:, None]
 
     scores = torch.einsum("bhid,bhjd->bhij", q, k) * scale
     scores = scores.masked_fill(~visible, float("-inf"))
     if sinks is not None:
-        sink_col = sinks.to(q.dtype).view(1, hq, 1, 1).expand(b, hq, n_q, 1)
+        sink_col = finite_sinks(sinks, q.dtype).view(1, hq, 1, 1).expand(b, hq, n_q, 1)
         scores = torch.cat([sink_col, scores], dim=-1)
         v = torch.cat([torch.zeros_like(v[:, :, :1]), v], dim=2)  # the sink's zero value row
     empty = torch.isinf(scores).all(dim=-1, keepdim=True)  # only without a sink

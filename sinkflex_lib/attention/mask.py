@@ -35,11 +35,7 @@ class SinkMask:
     _block_masks: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self):
-        if self.window is not None and (isinstance(self.window, bool) or int(self.window) != self.window
-                                        or self.window < 1):
-            raise ValueError(f"window must be None or an integer >= 1, got {self.window!r}")
-        if isinstance(self.prefix, bool) or int(self.prefix) != self.prefix or self.prefix < 0:
-            raise ValueError(f"prefix must be an integer >= 0, got {self.prefix!r}")
+        check_window_prefix(self.window, self.prefix)
 
     @property
     def is_causal_only(self) -> bool:
@@ -133,10 +129,54 @@ class SinkMask:
         return total / (n_q * n_k)
 
 
-@functools.lru_cache(maxsize=32)
 def sink_mask(window: int | None = None, prefix: int = 0) -> SinkMask:
     """The shared `SinkMask` for (window, prefix): one instance, so its block masks are shared."""
+    check_window_prefix(window, prefix)
+    return _shared_mask(window, prefix)
+
+
+@functools.lru_cache(maxsize=32)
+def _shared_mask(window, prefix) -> SinkMask:
     return SinkMask(window=window, prefix=prefix)
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _is_size(value, low: int) -> bool:
+    """An integer (int, integral float, numpy or torch integer) in [low, 2**63 - 1]."""
+    try:
+        return not isinstance(value, bool) and int(value) == value and low <= value <= INT64_MAX
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def check_window_prefix(window, prefix) -> None:
+    """ValueError naming the argument unless window is None or in [1, 2**63 - 1] and prefix is
+    in [0, 2**63 - 1] (positions are int64: a larger value would overflow, not mean more)."""
+    if window is not None and not _is_size(window, 1):
+        raise ValueError(f"window must be None or an integer in [1, 2**63 - 1], got {window!r}")
+    if not _is_size(prefix, 0):
+        raise ValueError(f"prefix must be an integer in [0, 2**63 - 1], got {prefix!r}")
+
+
+def padding_to_bool(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """A (B, Nk) key padding mask as bool, True = real key.
+
+    bool and integer masks: nonzero = real key (Hugging Face's 1/0 attention_mask). A
+    floating-point mask is additive, PyTorch's meaning of a float mask: 0 = real key,
+    -inf = pad; any other value is refused (a 1.0/0.0 mask would otherwise invert).
+    """
+    m = key_padding_mask
+    if m.dtype == torch.bool:
+        return m
+    if not m.is_floating_point():
+        return m != 0
+    real = m == 0
+    if not bool((real | (m == float("-inf"))).all()):
+        raise ValueError("key_padding_mask: a floating-point mask is additive (0 = real key, -inf = pad) "
+                         "and this one holds other values; pass a bool mask (True = real key)")
+    return real
 
 
 def _check_lengths(n_q: int, n_k: int) -> None:

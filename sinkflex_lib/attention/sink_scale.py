@@ -20,7 +20,7 @@ import torch
 class _SinkScale(torch.autograd.Function):
     @staticmethod
     def forward(ctx, z, lse, sinks):
-        x = lse - sinks.to(lse.dtype)[None, :, None]
+        x = lse - finite_sinks(sinks, lse.dtype)[None, :, None]
         out = z * torch.sigmoid(x).unsqueeze(-1).to(z.dtype)
         ctx.save_for_backward(z, x)
         ctx.sinks_dtype = sinks.dtype
@@ -36,6 +36,14 @@ class _SinkScale(torch.autograd.Function):
         g = da * a_one_minus_a
         ds = -g.sum(dim=(0, 2)).to(ctx.sinks_dtype)
         return dz, g, ds
+
+
+def finite_sinks(sinks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`sinks` in `dtype` with +-inf clamped to the largest finite value (NaN stays NaN). The
+    result is then the limit: a +inf sink takes all the attention (output 0), a -inf sink none,
+    and a row that sees no key still gives 0 (not inf - inf = NaN)."""
+    big = torch.finfo(dtype).max
+    return sinks.to(dtype).clamp(-big, big)
 
 
 def sink_scale(z: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -181,7 +182,29 @@ def _fmt_s(x):
     return "" if x is None else f"{x:.2f}" if x >= 0.1 else f"{x:.3f}"
 
 
-def _check_args(backends, seqs, config, layers, batch, dtype, device, budget_gb, warmup, steps):
+def _check_out(out, stem) -> None:
+    """`out` must be (or can be made) a writable folder and `stem` a plain file name: checked
+    before the sweep, whose results would otherwise be lost at the end."""
+    if not isinstance(stem, str) or not stem or Path(stem).name != stem or stem in (".", ".."):
+        raise ValueError(f"stem must be a file name without a folder, got {stem!r}")
+    if out is None:
+        return
+    existing = Path(out)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is" if existing == Path(out) else f"lies under {str(existing)!r}, which is"
+        raise ValueError(f"out must be a folder; {str(out)!r} {what} a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"out: cannot write into {str(existing)!r}")
+
+
+def _positive_finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _check_args(backends, seqs, config, layers, batch, dtype, device, budget_gb, warmup, steps,
+                timeout_s=None, out=None, stem="table2_memory"):
     for b in backends:
         if b not in BACKENDS:
             raise ValueError(f"backends must be drawn from {BACKENDS}, got {b!r}")
@@ -199,10 +222,13 @@ def _check_args(backends, seqs, config, layers, batch, dtype, device, budget_gb,
         raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {dtype!r}")
     if device not in DEVICES:
         raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
-    if budget_gb is not None and not budget_gb > 0:
-        raise ValueError(f"budget_gb must be a positive number or None, got {budget_gb!r}")
+    if budget_gb is not None and not _positive_finite(budget_gb):
+        raise ValueError(f"budget_gb must be a positive finite number or None, got {budget_gb!r}")
+    if timeout_s is not None and not _positive_finite(timeout_s):
+        raise ValueError(f"timeout_s must be a positive finite number or None, got {timeout_s!r}")
     if warmup < 0 or steps < 1:  # CPU: the memory step comes first and is a warm-up of its own
         raise ValueError(f"warmup must be >= 0 and steps >= 1, got warmup={warmup}, steps={steps}")
+    _check_out(out, stem)
 
 
 def _watch(proc, budget_bytes, timeout_s, poll_s):
@@ -274,7 +300,8 @@ def run_memory_sweep(backends=("eager", "blocked"), seqs=(1024, 2048, 4096, 8192
     malloc_mmap_threshold: glibc's M_MMAP_THRESHOLD for the CPU workers (None: glibc's default).
     """
     backends, seqs = list(backends), [int(n) for n in seqs]
-    _check_args(backends, seqs, config, layers, batch, dtype, device, budget_gb, warmup, steps)
+    _check_args(backends, seqs, config, layers, batch, dtype, device, budget_gb, warmup, steps,
+                timeout_s, out, stem)
     if device == "cpu" and not procmem.supported():
         raise RuntimeError("the CPU memory sweep needs Linux /proc/self/status and /proc/self/clear_refs")
     from ..models import gpt_oss_config

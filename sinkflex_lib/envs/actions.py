@@ -9,7 +9,9 @@ Three forms, tried in this order on the stripped string:
    ``tool_name(`` for one of the 16 tools, is taken as a call.
 3. Otherwise plain text to the user. A message containing ``###STOP###`` ends the episode.
 Malformed calls become :class:`ParseError` (the environment shows it as an error
-observation); this module never raises on bad input.
+observation); this module never raises on bad input: invalid JSON or Python, integers beyond
+Python's 4300-digit limit, nesting deeper than the parsers allow, and arguments nested more
+than MAX_NESTING levels are all parse errors.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Union
 
 from .tools import TOOL_NAMES
 
 STOP_TOKEN = "###STOP###"
+MAX_NESTING = 32  # containers inside an argument value; every tool takes strings or lists of strings
 _FUNCTIONAL = re.compile(r"^[A-Za-z_]\w*\(.*\)$", re.DOTALL)
 _CALL_START = re.compile(r"^([A-Za-z_]\w*)\(")
 
@@ -50,32 +54,70 @@ class ParseError:
 Action = Union[ToolCall, Message, ParseError]
 
 
+def _nesting(value: Any) -> int:
+    """How deeply lists, tuples, sets and dicts nest in `value` (iterative: any depth)."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        v, depth = todo.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, (list, tuple, set, frozenset)):
+            deepest = max(deepest, depth + 1)
+            todo.extend((x, depth + 1) for x in v)
+    return deepest
+
+
+def _call(name: str, args: dict) -> Action:
+    depth = max((_nesting(v) for v in args.values()), default=0)
+    if depth > MAX_NESTING:
+        return ParseError(f"tool call arguments nest {depth} levels deep; the limit is {MAX_NESTING}")
+    return ToolCall(name, args)
+
+
+def _loads(text: str) -> Any:
+    """json.loads, with every failure (syntax, too deep, too long an integer) a ValueError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{e.msg} at char {e.pos}") from None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(str(e) or type(e).__name__) from None
+
+
 def _parse_json(text: str) -> Action:
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        return ParseError(f"action starts with '{{' but is not valid JSON ({e.msg} at char {e.pos})")
+        obj = _loads(text)
+    except ValueError as e:
+        return ParseError(f"action starts with '{{' but is not valid JSON ({e})")
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return ParseError('a JSON action must be an object {"name": <tool>, "arguments": {...}}')
     args = obj.get("arguments", {})
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+            args = _loads(args) if args.strip() else {}
+        except ValueError:
             return ParseError("'arguments' is a string that is not valid JSON")
     if not isinstance(args, dict):
         return ParseError(f"'arguments' must be an object, got {type(args).__name__}")
     extra = sorted(set(obj) - {"name", "arguments"})
     if extra:
         return ParseError(f"unexpected key(s) {extra} in JSON action; allowed: name, arguments")
-    return ToolCall(obj["name"], args)
+    return _call(obj["name"], args)
+
+
+# What Python's parser raises on pathological input: deep nesting (MemoryError "parser stack
+# overflow", RecursionError), null bytes and 4300+ digit integers (ValueError, SyntaxError).
+_PARSE_FAILURES = (SyntaxError, ValueError, TypeError, RecursionError, MemoryError)
 
 
 def _parse_functional(text: str) -> Action:
     try:
-        node = ast.parse(text, mode="eval").body
-    except SyntaxError as e:
-        return ParseError(f"could not parse functional tool call: {e.msg}")
+        with warnings.catch_warnings():  # e.g. "invalid decimal literal": the agent's typo, not ours
+            warnings.simplefilter("ignore", SyntaxWarning)
+            node = ast.parse(text, mode="eval").body
+    except _PARSE_FAILURES as e:
+        reason = getattr(e, "msg", None) or str(e) or type(e).__name__
+        return ParseError(f"could not parse functional tool call: {reason}")
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
         return ParseError("functional tool call must look like name(arg='value', ...)")
     if node.args:
@@ -86,9 +128,9 @@ def _parse_functional(text: str) -> Action:
             return ParseError("functional tool call cannot use **kwargs")
         try:
             args[kw.arg] = ast.literal_eval(kw.value)
-        except (ValueError, SyntaxError, TypeError):
+        except _PARSE_FAILURES:
             return ParseError(f"argument {kw.arg!r} must be a Python literal")
-    return ToolCall(node.func.id, args)
+    return _call(node.func.id, args)
 
 
 def parse_action(action: Any) -> Action:

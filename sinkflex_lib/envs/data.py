@@ -4,9 +4,14 @@ A source resolves to a folder holding ``db.json``, ``tasks.json``, ``policy.md``
 ``split_tasks.json``. Accepted ``source`` values:
 - ``"mini"``: the project's synthetic set, ``data/retail_mini`` (see :mod:`.synthetic`);
 - ``"tau2"``: ``$TAU2_DATA_DIR/tau2/domains/retail`` (tau2's own layout);
+- ``"train-world:S"`` / ``"eval-world:S"``: a world generated in memory from seed S (the
+  generator of the synthetic set, :func:`.synthetic.generate_world`), its numeric ids drawn
+  from the train or the eval partition, so an eval world shares no user, order, item or
+  payment id and no e-mail with any train world (:func:`world_source`);
 - a path: a folder laid out like tau2's data folder (``<path>/tau2/domains/retail``), or the
   retail folder itself.
-Loaded sources are cached per resolved folder (they are read-only).
+Loaded sources are cached per resolved folder (they are read-only); generated worlds, the last
+`WORLD_CACHE` of them.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ MINI_DIR = REPO_ROOT / "data" / "retail_mini"
 RETAIL_SUBDIR = Path("tau2") / "domains" / "retail"
 REQUIRED_FILES = ("db.json", "tasks.json", "policy.md", "split_tasks.json")
 ENV_VAR = "TAU2_DATA_DIR"
+WORLD_PARTITIONS = {"train-world": "train", "eval-world": "eval"}
+WORLD_CACHE = 4
 
 
 @dataclass
@@ -30,7 +37,7 @@ class RetailData:
     """One loaded source: shared base database, tasks by id, policy text and splits."""
 
     name: str
-    folder: Path
+    folder: Path | None               # None for a generated world
     db: BaseDB
     tasks: dict[str, dict]
     policy: str
@@ -80,10 +87,44 @@ def resolve_source(source: str | os.PathLike) -> tuple[str, Path]:
 
 
 _CACHE: dict[Path, RetailData] = {}
+_WORLDS: dict[str, RetailData] = {}
+
+
+def world_source(partition: str, seed: int) -> str:
+    """The source name of the world generated from `seed` in `partition` ("train" or "eval")."""
+    prefix = {v: k for k, v in WORLD_PARTITIONS.items()}.get(partition)
+    if prefix is None:
+        raise ValueError(f"partition must be one of {sorted(WORLD_PARTITIONS.values())}, got {partition!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"world seed must be an integer >= 0, got {seed!r}")
+    return f"{prefix}:{seed}"
+
+
+def _world(source: str) -> RetailData | None:
+    """The generated world named by `source`, or None if `source` names no world."""
+    prefix, _, seed = source.partition(":")
+    if prefix not in WORLD_PARTITIONS:
+        return None
+    if not seed.isdigit():
+        raise ValueError(f"a world source is '<{'|'.join(WORLD_PARTITIONS)}>:<seed>' with an integer "
+                         f"seed >= 0, got {source!r}")
+    if source not in _WORLDS:
+        from .mini_policy import policy_text
+        from .synthetic import generate_world
+
+        db, tasks, splits = generate_world(int(seed), WORLD_PARTITIONS[prefix])
+        while len(_WORLDS) >= WORLD_CACHE:
+            _WORLDS.pop(next(iter(_WORLDS)))
+        _WORLDS[source] = RetailData(source, None, BaseDB(db), {t["id"]: t for t in tasks},
+                                     policy_text(len(db["products"])), splits)
+    return _WORLDS[source]
 
 
 def load_source(source: str | os.PathLike = "mini") -> RetailData:
     """Load (once per folder) the retail data named by `source` (see module docstring)."""
+    world = _world(source) if isinstance(source, str) else None
+    if world is not None:
+        return world
     name, folder = resolve_source(source)
     key = folder.resolve()
     if key not in _CACHE:

@@ -18,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from .actions import Message, ParseError, ToolCall, format_call, parse_action
+from .actions import Action, Message, ToolCall, format_call, parse_action
 from .data import RetailData, load_source
 from .reward import evaluate
 from .schemas import tool_schemas
@@ -57,8 +57,9 @@ class RetailEnv(gym.Env):
     def __init__(self, source: str | os.PathLike = "mini", split: str | None = None,
                  user: str | UserSimulator = "scripted", max_steps: int = 60,
                  max_errors: int = 10, render_mode: str | None = None):
-        if not (isinstance(max_steps, int) and max_steps > 0):
-            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        for name, value in (("max_steps", max_steps), ("max_errors", max_errors)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.data: RetailData = load_source(source)
@@ -110,37 +111,39 @@ class RetailEnv(gym.Env):
         info["reward_info"] = result
         return result["reward"], info
 
+    def _act(self, parsed: Action) -> tuple[list[dict], bool, str | None]:
+        """The messages one parsed action adds, whether it was a failed tool call, and the
+        termination it causes (None: none). Changes nothing but the database (a valid write)."""
+        if isinstance(parsed, ToolCall):
+            result, error = call_tool(self.db, parsed.name, parsed.arguments)
+            call = {"role": "assistant", "content": format_call(parsed),
+                    "tool_call": {"name": parsed.name, "arguments": parsed.arguments}}
+            return [call, {"role": "tool", "content": result}], error, None
+        if isinstance(parsed, Message):
+            said = {"role": "assistant", "content": parsed.content}
+            if parsed.is_stop:
+                return [said], False, "agent_stop"
+            reply = self.user.respond(parsed.content)
+            return [said, {"role": "user", "content": reply}], False, \
+                "user_stop" if "###STOP###" in reply else None
+        return [{"role": "error", "content": f"Invalid action: {parsed.error}"}], False, None
+
     def step(self, action: str):
+        """One agent action (module docstring). Never raises for any action: malformed ones
+        and failing tool calls are error observations (a failed call counts once toward
+        max_errors). The episode's state changes only after the action was fully handled."""
         if self.task is None:
             raise RuntimeError("call reset() before step()")
         info = self._info()
         if self._done:
             return "error: the episode is over; call reset()", 0.0, True, False, info
+        new, error, termination = self._act(parse_action(action))
         self.steps += 1
-        parsed = parse_action(action)
-        new: list[dict] = []
-        termination = None
-        if isinstance(parsed, ParseError):
-            new.append({"role": "error", "content": f"Invalid action: {parsed.error}"})
-        elif isinstance(parsed, ToolCall):
-            self.messages.append({"role": "assistant", "content": format_call(parsed),
-                                  "tool_call": {"name": parsed.name, "arguments": parsed.arguments}})
-            result, error = call_tool(self.db, parsed.name, parsed.arguments)
-            self.errors += error
-            new.append({"role": "tool", "content": result})
-            if self.errors >= self.max_errors:
-                termination = "too_many_errors"
-        elif isinstance(parsed, Message):
-            self.messages.append({"role": "assistant", "content": parsed.content})
-            if parsed.is_stop:
-                termination = "agent_stop"
-            else:
-                reply = self.user.respond(parsed.content)
-                new.append({"role": "user", "content": reply})
-                if "###STOP###" in reply:
-                    termination = "user_stop"
+        self.errors += error
         self.messages += new
-        obs = "\n".join(f"{m['role']}: {m['content']}" for m in new)
+        if error and self.errors >= self.max_errors:
+            termination = "too_many_errors"
+        obs = "\n".join(f"{m['role']}: {m['content']}" for m in new if m["role"] != "assistant")
         if termination is not None:
             reward, info = self._finish(termination, info)
             return obs, reward, True, False, info

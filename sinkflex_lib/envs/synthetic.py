@@ -20,6 +20,7 @@ import argparse
 import itertools
 import json
 import random
+import zlib
 from pathlib import Path
 
 from .db import BaseDB
@@ -68,10 +69,21 @@ COUNTS = {"cancel": 35, "modify_address": 30, "modify_items": 35, "modify_paymen
           "transfer": 15, "compound": 20}
 
 
-def _digits(rng: random.Random, n: int, used: set) -> str:
+PARTITIONS = ("train", "eval")
+
+
+def id_partition(digits: str) -> str:
+    """The partition a numeric id part belongs to: "eval" for 1 in 8 of them (by CRC-32),
+    "train" for the rest. Worlds generated for one partition draw only its numbers, so no user
+    id, e-mail, order, item, product or payment-method id of an eval world occurs in any
+    train world (names and the catalogue are shared)."""
+    return "eval" if zlib.crc32(digits.encode()) % 8 == 0 else "train"
+
+
+def _digits(rng: random.Random, n: int, used: set, partition: str | None = None) -> str:
     while True:
         s = str(rng.randint(10 ** (n - 1), 10 ** n - 1))
-        if s not in used:
+        if s not in used and (partition is None or id_partition(s) == partition):
             used.add(s)
             return s
 
@@ -83,17 +95,19 @@ def _address(rng: random.Random, city=None) -> dict:
             "city": city, "country": "USA", "state": state, "zip": f"{prefix}{rng.randint(10, 99)}"}
 
 
-def build_db(rng: random.Random, n_users: int = 40) -> dict:
-    """Products, users and orders in tau2's record layout (optional order fields omitted)."""
+def build_db(rng: random.Random, n_users: int = 40, partition: str | None = None) -> dict:
+    """Products, users and orders in tau2's record layout (optional order fields omitted).
+    partition: draw every numeric id from that :func:`id_partition` (None: any number)."""
     used: set = set()
+    digits = lambda n, used: _digits(rng, n, used, partition)  # noqa: E731
     products = {}
     for name, axes in CATALOG.items():
-        pid = _digits(rng, 10, used)
+        pid = digits(10, used)
         combos = list(itertools.product(*axes.values()))
         rng.shuffle(combos)
         variants = {}
         for combo in sorted(combos[:rng.randint(7, 12)]):
-            iid = _digits(rng, 10, used)
+            iid = digits(10, used)
             variants[iid] = {"item_id": iid, "options": dict(zip(axes, combo)),
                              "available": rng.random() < 0.75,
                              "price": round(BASE_PRICE[name] * rng.uniform(0.8, 1.25), 2)}
@@ -102,24 +116,24 @@ def build_db(rng: random.Random, n_users: int = 40) -> dict:
     names = rng.sample(list(itertools.product(FIRST, LAST)), n_users)
     users, orders = {}, {}
     for first, last in names:
-        uid = f"{first.lower()}_{last.lower()}_{_digits(rng, 4, used)}"
+        uid = f"{first.lower()}_{last.lower()}_{digits(4, used)}"
         sources = rng.choice([["credit_card"], ["paypal"], ["credit_card", "gift_card"],
                               ["paypal", "gift_card"], ["credit_card", "paypal"],
                               ["credit_card", "paypal", "gift_card"]])
         methods = {}
         for src in sources:
-            pmid = f"{src}_{_digits(rng, 7, used)}"
+            pmid = f"{src}_{digits(7, used)}"
             m = {"source": src, "id": pmid}
             if src == "credit_card":
-                m.update(brand=rng.choice(BRANDS), last_four=_digits(rng, 4, set()))
+                m.update(brand=rng.choice(BRANDS), last_four=digits(4, set()))
             if src == "gift_card":
                 m["balance"] = round(rng.uniform(20, 600), 2)
             methods[pmid] = m
         user = {"user_id": uid, "name": {"first_name": first, "last_name": last},
-                "address": _address(rng), "email": f"{first.lower()}.{last.lower()}{rng.randint(1000, 9999)}@example.com",
+                "address": _address(rng), "email": f"{first.lower()}.{last.lower()}{digits(4, set())}@example.com",
                 "payment_methods": methods, "orders": []}
         for _ in range(rng.randint(2, 4)):
-            oid = "#W" + _digits(rng, 7, used)
+            oid = "#W" + digits(7, used)
             items = []
             for pid in rng.sample(sorted(products), rng.randint(1, 4)):
                 p = products[pid]
@@ -133,7 +147,7 @@ def build_db(rng: random.Random, n_users: int = 40) -> dict:
             if status == "cancelled":
                 history.append({"transaction_type": "refund", "amount": total, "payment_method_id": pm})
             fulfil = [] if status == "pending" else [
-                {"tracking_id": [_digits(rng, 12, used)], "item_ids": [i["item_id"] for i in items]}]
+                {"tracking_id": [digits(12, used)], "item_ids": [i["item_id"] for i in items]}]
             orders[oid] = {"order_id": oid, "user_id": uid,
                            "address": dict(user["address"]) if rng.random() < 0.8 else _address(rng),
                            "items": items, "status": status, "fulfillments": fulfil,
@@ -463,12 +477,20 @@ def _dump(obj) -> str:
     return json.dumps(obj, indent=1) + "\n"
 
 
+def generate_world(seed: int, partition: str | None = None) -> tuple[dict, list[dict], dict]:
+    """(db, tasks, splits) of the world generated from `seed`, its ids drawn from `partition`
+    ("train", "eval", or None: any number, as data/retail_mini)."""
+    if partition not in (None, *PARTITIONS):
+        raise ValueError(f"partition must be one of {PARTITIONS} or None, got {partition!r}")
+    rng = random.Random(seed)
+    db = build_db(rng, partition=partition)
+    tasks = build_tasks(rng, db)
+    return db, tasks, build_splits(rng, tasks)
+
+
 def generate(seed: int = 0) -> dict[str, str]:
     """The text of the four files of the synthetic set for `seed` (deterministic)."""
-    rng = random.Random(seed)
-    db = build_db(rng)
-    tasks = build_tasks(rng, db)
-    splits = build_splits(rng, tasks)
+    db, tasks, splits = generate_world(seed)
     return {"db.json": _dump(db), "tasks.json": _dump(tasks),
             "policy.md": policy_text(len(db["products"])), "split_tasks.json": _dump(splits)}
 

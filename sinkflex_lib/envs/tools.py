@@ -16,7 +16,10 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import math
 import operator
+import time
+import warnings
 from typing import Any, Callable
 
 from .db import RetailDB
@@ -37,26 +40,97 @@ def tool(kind: str) -> Callable:
     return mark
 
 
+# calculate: tau2 checks the characters, then evaluates with Python. This evaluator gives the
+# same results and messages, within bounds (time and memory stay small for any input).
+CALC_CHARS = frozenset("0123456789+-*/(). ")
+MAX_EXPRESSION_LENGTH = 1000   # characters; also bounds operator chains (the evaluator loops)
+MAX_INT_BITS = 10_000          # integers beyond this size (~3000 digits) are refused
+MAX_EVAL_SECONDS = 1.0
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv, ast.Pow: operator.pow}
+           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
 _UNOPS = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
 
-def _arith(node: ast.AST) -> float:
-    """Evaluate an arithmetic AST of numbers, + - * / ** and parentheses (no names, no calls)."""
-    if isinstance(node, ast.Expression):
-        return _arith(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
-            and not isinstance(node.value, bool):
+def _children(node: ast.AST) -> list:
+    if isinstance(node, ast.BinOp):
+        return [node.left, node.right]
+    if isinstance(node, ast.UnaryOp):
+        return [node.operand]
+    if isinstance(node, ast.Starred):
+        return [node.value]
+    if isinstance(node, ast.Call):
+        return [node.func, *node.args]
+    if isinstance(node, ast.Tuple):
+        return list(node.elts)
+    return []
+
+
+def _int_bits(op: ast.operator, a, b) -> float:
+    """The size in bits of int `a op b` for * and ** (0 otherwise), without computing it."""
+    if type(a) is not int or type(b) is not int:
+        return 0
+    if isinstance(op, ast.Mult):
+        return a.bit_length() + b.bit_length()
+    if isinstance(op, ast.Pow) and b > 0 and abs(a) > 1:
+        return b if b > MAX_INT_BITS else b * math.log2(abs(a))
+    return 0
+
+
+def _apply(node: ast.AST, args: list):
+    """One node of the expression, its operands evaluated (Python's semantics and messages)."""
+    if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        left, right = _arith(node.left), _arith(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 64:
-            raise ToolError("Exponent too large")
-        return _BINOPS[type(node.op)](left, right)
+        if _int_bits(node.op, *args) > MAX_INT_BITS:
+            raise ToolError(f"Result too large (integers are limited to {MAX_INT_BITS} bits)")
+        return _BINOPS[type(node.op)](*args)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
-        return _UNOPS[type(node.op)](_arith(node.operand))
+        return _UNOPS[type(node.op)](args[0])
+    if isinstance(node, ast.Starred):
+        return args[0]
+    if isinstance(node, ast.Tuple):
+        return tuple(args)
+    if isinstance(node, ast.Call):
+        raise TypeError(f"'{type(args[0]).__name__}' object is not callable")
     raise ToolError("Invalid expression")
+
+
+def _evaluate(root: ast.AST):
+    """Evaluate an expression tree in post-order with an explicit stack (no recursion)."""
+    deadline = time.monotonic() + MAX_EVAL_SECONDS
+    todo, values = [(root, False)], []
+    while todo:
+        if time.monotonic() > deadline:
+            raise ToolError(f"Expression took longer than {MAX_EVAL_SECONDS} s to evaluate")
+        node, ready = todo.pop()
+        kids = _children(node)
+        if not ready and kids:
+            todo.append((node, True))
+            todo.extend((k, False) for k in reversed(kids))
+            continue
+        args = values[len(values) - len(kids):]
+        del values[len(values) - len(kids):]
+        values.append(_apply(node, args))
+    return values[0]
+
+
+def calculate_expression(expression: str) -> str:
+    """tau2's `calculate`: `str(round(float(eval(expression)), 2))` for expressions of digits,
+    + - * / ( ) . and spaces, as Python evaluates them (// and ** included). Raises ToolError
+    with Python's message on failure, and beyond MAX_EXPRESSION_LENGTH, MAX_INT_BITS and
+    MAX_EVAL_SECONDS; parentheses nest at most 200 deep (Python's parser, as in tau2)."""
+    if not all(c in CALC_CHARS for c in expression):
+        raise ToolError("Invalid characters in expression")
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise ToolError(f"Expression too long ({len(expression)} characters; the limit is "
+                        f"{MAX_EXPRESSION_LENGTH})")
+    try:
+        with warnings.catch_warnings():  # "'int' object is not callable; perhaps you missed a comma?"
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = compile(expression.lstrip(" "), "<string>", "eval", ast.PyCF_ONLY_AST)
+        return str(round(float(_evaluate(tree.body)), 2))
+    except (SyntaxError, ArithmeticError, TypeError, ValueError, RecursionError, MemoryError) as e:
+        raise ToolError(str(e) or type(e).__name__) from None
 
 
 class RetailTools:
@@ -116,15 +190,7 @@ class RetailTools:
         Args:
             expression: The expression, e.g. '12.5 * 3 + 4'; only digits, + - * /, parentheses, dots and spaces.
         """
-        if not all(c in "0123456789+-*/(). " for c in expression):
-            raise ToolError("Invalid characters in expression")
-        try:
-            value = _arith(ast.parse(expression, mode="eval"))
-        except ToolError:
-            raise
-        except (SyntaxError, ZeroDivisionError, OverflowError) as e:
-            raise ToolError(str(e) or type(e).__name__) from None
-        return str(round(float(value), 2))
+        return calculate_expression(expression)
 
     @tool("generic")
     def transfer_to_human_agents(self, summary: str) -> str:
@@ -475,11 +541,12 @@ def _check_arguments(name: str, arguments: Any) -> dict:
 
 
 def call_tool(db: RetailDB, name: str, arguments: Any) -> tuple[str, bool]:
-    """Run tool `name` on `db`; return (text for the agent, error flag). Never raises."""
+    """Run tool `name` on `db`; return (text for the agent, error flag). Never raises: any
+    exception becomes ``"Error: <message>"``, as tau2 reports it."""
     if name not in TOOL_FUNCTIONS:
         return f"Error: Tool '{name}' not found.", True
     try:
         args = _check_arguments(name, arguments)
         return TOOL_FUNCTIONS[name](RetailTools(db), **args), False
-    except ToolError as e:
+    except Exception as e:  # noqa: BLE001 (tau2 turns every tool exception into an error message)
         return f"Error: {e}", True

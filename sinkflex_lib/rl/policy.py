@@ -6,6 +6,9 @@ whose vocabulary is the project tokenizer's (data/tokenizer/, see :mod:`.chat`),
 the "sinkflex" attention (blocked backend on CPU, flex on CUDA).
 `build_policy(path)` loads a local Hugging Face causal-LM directory and its tokenizer (and
 chat template), optionally wrapping the model in a LoRA adapter through peft.
+`build_policy("base-tiny")` (or "grpo-tiny") loads a checkpoint this project trained and ships
+in data/checkpoints/<name>/ (:mod:`.checkpoints`): the tiny shape, pretrained on oracle episodes
+of generated worlds (:mod:`.pretrain`), and that base after GRPO.
 
 The reference policy for the KL term is the starting weights: `reference_logits_context`
 gives a context in which the policy computes reference log-probs (for LoRA: the adapter
@@ -22,7 +25,10 @@ from pathlib import Path
 import torch
 
 from ..models import build_gpt_oss, ensure_registered, gpt_oss_config
-from .chat import SPECIAL_TOKENS, build_tokenizer
+from .chat import REPO_ROOT, SPECIAL_TOKENS, build_tokenizer
+
+CHECKPOINTS_DIR = REPO_ROOT / "data" / "checkpoints"
+SHIPPED_POLICIES = ("base-tiny", "grpo-tiny")
 
 # Model shapes for the project tokenizer (vocab set from the tokenizer).
 POLICY_PRESETS = {
@@ -88,12 +94,19 @@ def lora_config(r: int):
 def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkflex", seed: int = 0,
                  dtype: torch.dtype = torch.float32, device="cpu", lora: int | None = None,
                  tokenizer_dir: str | Path | None = None, **overrides) -> Policy:
-    """A policy: preset name ("tiny", "micro") or a local HF causal-LM directory.
+    """A policy: preset name ("tiny", "micro"), shipped checkpoint ("base-tiny", "grpo-tiny") or a
+    local HF causal-LM directory.
 
     overrides: GptOssConfig fields for presets (e.g. num_hidden_layers=2).
     lora: a rank r to wrap the model in a LoRA adapter (`lora_config(r)`); the reference
     policy is then the model with the adapter off.
     """
+    if name_or_path in SHIPPED_POLICIES:
+        path = CHECKPOINTS_DIR / name_or_path
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"the shipped policy {name_or_path!r} is missing from {path} "
+                                    f"(`make pretrain` regenerates base-tiny)")
+        name_or_path = str(path)
     if name_or_path in POLICY_PRESETS:
         tok = build_tokenizer(tokenizer_dir) if tokenizer_dir else build_tokenizer()
         cfg = gpt_oss_config("small", **{**POLICY_PRESETS[name_or_path], "vocab_size": len(tok),
@@ -120,7 +133,7 @@ def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkfle
             model.resize_token_embeddings(len(tok))
         name = str(name_or_path)
     else:
-        raise ValueError(f"name_or_path must be one of {sorted(POLICY_PRESETS)} or an existing local "
+        raise ValueError(f"name_or_path must be one of {sorted(POLICY_PRESETS) + list(SHIPPED_POLICIES)} or an existing local "
                          f"model directory, got {name_or_path!r}")
     if lora:
         from peft import get_peft_model

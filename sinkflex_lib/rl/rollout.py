@@ -32,7 +32,7 @@ import torch
 
 from ..envs import RetailEnv
 from ..envs.actions import ParseError, ToolCall, parse_action
-from .chat import ASSISTANT, END, PAD, compact_system_prompt, render_message, render_observation
+from .chat import END, PAD, compact_system_prompt, render_message, render_observation
 
 
 @dataclass
@@ -141,7 +141,7 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
             pending[i] = []
         attn_hist = torch.cat([attn_hist, am.to(device)], dim=1)
         out = model(input_ids=ids.to(device), attention_mask=attn_hist, position_ids=pos.to(device),
-                    cache=cache, use_cache=True)
+                    cache=cache, use_cache=True, logits_to_keep=1)   # only the last position samples
         n_forward_tokens += int(am.sum())
         logits = out.logits[:, -1].float()
         # 2) sample the next token of every generating row

@@ -22,9 +22,11 @@ tool_call_rate (tool calls per turn), tool_error_rate (errors per tool call), to
 rollout_s, update_s, step_s, peak_mem_gb (CPU: process peak RSS; CUDA: max allocated),
 update_groups (groups the update trained on).
 
-Checkpoints in DIR/checkpoint/: model.safetensors, optimizer.pt, state.pt (step, RNG states,
-the running-reward window, config). All randomness of a step derives from (seed, step), so
-`--resume` continues exactly as an uninterrupted run would.
+Checkpoints in DIR/checkpoint/: model.safetensors, optimizer.pt (tensors only, read with
+weights_only=True), state.json (step, RNG states, the running-reward window, config): reading
+one runs no code. All randomness of a step derives from (seed, step), so `--resume` continues
+exactly as an uninterrupted run would; it refuses (one line, nothing touched) a folder without
+a checkpoint, a torn checkpoint, and a command line whose config or seed differs from the run's.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -47,7 +48,11 @@ import torch
 from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
 from .chat import PAD
+from .evaluate import balanced_task_ids, baseline_rewards, summarize
 from .policy import build_policy, num_parameters
+from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
+                       save_checkpoint)
+from .runstate import resume_state as run_resume_state
 from .rollout import (RolloutConfig, collate, group_specs, rollout_batch, scores_without_pads,
                       token_logprobs, without_pads)
 from .warmstart import warm_start
@@ -59,10 +64,10 @@ class TrainConfig:
     policy: str = "tiny"
     policy_overrides: dict = field(default_factory=dict)
     attn_implementation: str = "sinkflex"
-    source: str = "mini"
+    source: str = "mini"               # training tasks (a source of :mod:`sinkflex_lib.envs.data`)
     train_split: str = "train"
-    val_split: str = "test"
-    # warm start (behaviour cloning on oracle episodes)
+    val_source: str = "eval-world:0"   # held-out world: no id of it occurs in any training source
+    # warm start (behaviour cloning on oracle episodes; 0 episodes: none, e.g. from a base policy)
     bc_episodes: int = 232
     bc_epochs: int = 4
     bc_batch_size: int = 8
@@ -90,7 +95,7 @@ class TrainConfig:
     temperature: float = 1.0
     # validation, logging, checkpoints
     val_temperature: float = 0.0   # 0: greedy decoding
-    val_tasks: int = 32
+    val_tasks: int = 110           # round-robin over the task kinds (evaluate.balanced_task_ids)
     val_every: int = 5
     traj_window: int = 64
     ckpt_every: int = 5
@@ -118,15 +123,17 @@ PROFILES = {
     "smoke": dict(policy="micro", bc_episodes=4, bc_epochs=1, bc_batch_size=4, bc_max_tokens=512, steps=2,
                   groups_per_step=2, group_size=2, minibatch_size=4, max_turns=3, max_tokens=512,
                   max_new_tokens=12, val_tasks=2, val_every=1, ckpt_every=1, traj_window=16),
-    # the 2-core CPU reproduction (under 30 minutes): the full tiny shape (~1.5M parameters),
-    # a long warm start (10 epochs), then GRPO with a small lr; validation is greedy
-    "cpu": dict(policy="tiny", bc_episodes=232, bc_epochs=10, bc_lr=3e-3, bc_max_tokens=1024, steps=40,
-                groups_per_step=4, group_size=8, minibatch_size=16, lr=3e-4, max_turns=10,
-                max_tokens=1536, max_new_tokens=40, val_tasks=32, val_every=5, ckpt_every=10),
-    # a CUDA box: the flex backend, the full tiny shape, more groups and steps
-    "gpu": dict(policy="tiny", bc_episodes=232, bc_epochs=8, bc_max_tokens=4096, steps=200, groups_per_step=16,
+    # the 2-core CPU reproduction (under 30 minutes): GRPO from the shipped pretrained base
+    # (data/checkpoints/base-tiny, :mod:`.pretrain`) on a training world, validated greedily on
+    # 55 tasks (5 per kind) of the held-out world; a step of 32 episodes of a base that does not
+    # yet act takes about a minute on 2 cores (every episode runs to max_turns)
+    "cpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=12,
+                groups_per_step=4, group_size=8, minibatch_size=16, lr=3e-4, max_turns=12,
+                max_tokens=1536, max_new_tokens=48, val_tasks=55, val_every=6, ckpt_every=6),
+    # a CUDA box: the same from the shipped base, more groups and steps, all tasks of the held-out world
+    "gpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=200, groups_per_step=16,
                 group_size=8, minibatch_size=32, max_turns=16, max_tokens=4096, max_new_tokens=96,
-                val_tasks=103, val_every=10, ckpt_every=20, traj_window=256),
+                val_tasks=335, val_every=10, ckpt_every=20, traj_window=256),
 }
 
 
@@ -168,72 +175,41 @@ def _rollout_metrics(rollouts, group_size: int) -> dict:
     }
 
 
-def validation_tasks(env: RetailEnv, cfg: TrainConfig) -> list[str]:
-    """`val_tasks` held-out tasks: a fixed shuffle of the validation split (the same for every
-    run seed), so a subset mixes every task kind."""
-    ids = env.task_ids(cfg.val_split)
-    return [str(i) for i in np.random.default_rng(12345).permutation(ids)[:cfg.val_tasks]]
+def validation_tasks(cfg: TrainConfig) -> list[str]:
+    """`val_tasks` tasks of the held-out `val_source`, round-robin over the task kinds (the same
+    for every run seed)."""
+    return balanced_task_ids(cfg.val_source, cfg.val_tasks)
 
 
 def validate(policy, cfg: TrainConfig, task_ids: list[str], seed: int) -> dict:
-    """Validation mean@1: one episode per task, decoded at cfg.val_temperature (0: greedy)."""
+    """Validation mean@1 on `val_source`: one episode per task, decoded at cfg.val_temperature
+    (0: greedy); also the write-task mean and the mean per task kind."""
     g = torch.Generator().manual_seed(_step_seed(seed, 0, salt=17))
     t0 = time.perf_counter()
-    rollouts = rollout_batch(policy, [(t, 0) for t in task_ids], cfg.rollout_config(cfg.val_temperature), g)
+    rcfg = dataclasses.replace(cfg.rollout_config(cfg.val_temperature), source=cfg.val_source)
+    rollouts = rollout_batch(policy, [(t, 0) for t in task_ids], rcfg, g)
     out = _rollout_metrics(rollouts, 1)
     del out["zero_spread_frac"], out["reward_std"]
     out = {"val_" + k: v for k, v in out.items()}
     out["val_reward"] = out.pop("val_reward_mean")
     out["val_s"] = time.perf_counter() - t0
     out["val_per_task"] = {x.task_id: x.reward for x in rollouts}
+    summary = summarize(out["val_per_task"], cfg.val_source, {})
+    out["val_write_reward"] = summary["write_mean_at_1"]
+    out["val_per_kind"] = {k: v["mean_at_1"] for k, v in summary["per_kind"].items()}
     return out
 
 
-# -- checkpoints ---------------------------------------------------------------------------
+RESUMABLE_CHANGES = ("steps", "threads")  # config fields --resume may change (named in the log)
 
 
-def save_checkpoint(ckpt: Path, policy, opt, state: dict) -> None:
-    from safetensors.torch import save_file
-
-    ckpt.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.detach().contiguous().cpu() for k, v in policy.model.state_dict().items()}
-    save_file(sd, str(ckpt / "model.safetensors.tmp"))
-    os.replace(ckpt / "model.safetensors.tmp", ckpt / "model.safetensors")
-    torch.save(opt.state_dict(), ckpt / "optimizer.pt.tmp")
-    os.replace(ckpt / "optimizer.pt.tmp", ckpt / "optimizer.pt")
-    rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({**state, "rng": rng}, ckpt / "state.pt.tmp")
-    os.replace(ckpt / "state.pt.tmp", ckpt / "state.pt")
-
-
-def load_checkpoint(ckpt: Path, policy, opt) -> dict:
-    from safetensors.torch import load_file
-
-    policy.model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(policy.device)))
-    opt.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
-    state = torch.load(ckpt / "state.pt", weights_only=False)
-    random.setstate(state["rng"]["python"])
-    np.random.set_state(state["rng"]["numpy"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if "cuda" in state["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    return state
+def resume_state(out_dir, cfg: TrainConfig, seed: int, log=print) -> dict:
+    """The checkpoint state of `out_dir` if `cfg` and `seed` continue its run (only
+    RESUMABLE_CHANGES may differ; :func:`.runstate.resume_state`)."""
+    return run_resume_state(out_dir, {**dataclasses.asdict(cfg), "seed": seed}, RESUMABLE_CHANGES, log)
 
 
 # -- the loop ------------------------------------------------------------------------------
-
-
-def append_metrics(path: Path, row: dict) -> None:
-    """Append one JSON row to a metrics.jsonl file (both trainers write through this)."""
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
-def read_metrics(out_dir) -> list[dict]:
-    path = Path(out_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in open(path)] if path.exists() else []
 
 
 def informative_groups(rollouts, group_size: int, limit: int) -> list:
@@ -300,6 +276,20 @@ def _update_metrics(sums: dict, n_mb: int, n_tok: int, cfg: TrainConfig, adv_abs
     return out
 
 
+def _warm_start_phase(policy, cfg: TrainConfig, train_ids: list[str], seed: int, metrics_path: Path,
+                      log) -> None:
+    """Behaviour cloning on `bc_episodes` oracle episodes of the training tasks, logged per step."""
+    bc_ids = list(np.random.default_rng(seed).permutation(train_ids)[:cfg.bc_episodes])
+    t0 = time.perf_counter()
+    hist = warm_start(policy, bc_ids, epochs=cfg.bc_epochs, batch_size=cfg.bc_batch_size,
+                      lr=cfg.bc_lr, max_tokens=cfg.bc_max_tokens, seed=seed, source=cfg.source,
+                      grad_clip=cfg.grad_clip, log=log)
+    for h in hist:
+        append_metrics(metrics_path, {"kind": "warm_start", "step": 0, **h})
+    log(f"warm start: {len(bc_ids)} oracle episodes x {cfg.bc_epochs} epochs, loss "
+        f"{hist[0]['loss']:.3f} -> {hist[-1]['loss']:.3f} in {time.perf_counter() - t0:.0f}s")
+
+
 def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=print,
           device: str | None = None, policy=None, stop_after: int | None = None) -> dict:
     """Warm start then GRPO (see module docstring). Returns a summary dict.
@@ -320,37 +310,33 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
                               device=device, **cfg.policy_overrides)
     env = RetailEnv(cfg.source)
     train_ids = env.task_ids(cfg.train_split)
-    val_ids = validation_tasks(env, cfg)
+    val_ids = validation_tasks(cfg)
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
     t_start = time.perf_counter()
 
     start_step, window = 1, deque(maxlen=cfg.traj_window)
-    if resume and (ckpt / "state.pt").exists():
-        state = load_checkpoint(ckpt, policy, opt)
+    if resume:  # all checks first (ResumeError touches nothing), then the one rewrite of the metrics
+        state = load_checkpoint(ckpt, policy, opt, resume_state(out_dir, cfg, seed, log))
         start_step = state["step"] + 1
         window = deque(state["window"], maxlen=cfg.traj_window)
-        keep = [r for r in read_metrics(out_dir) if r.get("step", 0) <= state["step"]]
-        metrics_path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        rewrite_metrics(out_dir, state["step"])
         log(f"resumed from {ckpt} at step {state['step']}")
     else:
         metrics_path.write_text("")
         append_metrics(metrics_path, {"kind": "config", "step": 0, "seed": seed, "device": device,
                                 "parameters": num_parameters(policy.model), **dataclasses.asdict(cfg)})
-        # warm start
-        bc_ids = list(np.random.default_rng(seed).permutation(train_ids)[:cfg.bc_episodes])
-        t0 = time.perf_counter()
-        hist = warm_start(policy, bc_ids, epochs=cfg.bc_epochs, batch_size=cfg.bc_batch_size,
-                          lr=cfg.bc_lr, max_tokens=cfg.bc_max_tokens, seed=seed, source=cfg.source,
-                          grad_clip=cfg.grad_clip, log=log)
-        for h in hist:
-            append_metrics(metrics_path, {"kind": "warm_start", "step": 0, **h})
-        log(f"warm start: {len(bc_ids)} oracle episodes x {cfg.bc_epochs} epochs, loss "
-            f"{hist[0]['loss']:.3f} -> {hist[-1]['loss']:.3f} in {time.perf_counter() - t0:.0f}s")
+        if cfg.bc_episodes > 0:
+            _warm_start_phase(policy, cfg, train_ids, seed, metrics_path, log)
         if cfg.beta > 0:
             policy.freeze_reference()
         val = validate(policy, cfg, val_ids, seed)
-        append_metrics(metrics_path, {"kind": "val", "step": 0, "elapsed_s": time.perf_counter() - t_start, **val})
-        log(f"step 0 validation mean@1 {val['val_reward']:.3f} ({len(val_ids)} held-out tasks)")
+        base = {f"val_{a}_reward": float(np.mean(list(baseline_rewards(cfg.val_source, val_ids, a,
+                                                                          cfg.max_turns).values())))
+                for a in ("do_nothing", "oracle")}
+        append_metrics(metrics_path, {"kind": "val", "step": 0, "elapsed_s": time.perf_counter() - t_start,
+                                      **val, **base})
+        log(f"step 0 validation mean@1 {val['val_reward']:.3f}, write tasks {val['val_write_reward']:.3f} "
+            f"({len(val_ids)} held-out tasks of {cfg.val_source}; do-nothing {base['val_do_nothing_reward']:.3f})")
         save_checkpoint(ckpt, policy, opt, {"step": 0, "window": list(window), "config": dataclasses.asdict(cfg)})
 
     last_step = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
@@ -401,13 +387,27 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
             "val_end": vals[-1]["val_reward"] if vals else math.nan, "policy": policy}
 
 
+def int_arg(low: int, high: int | None = None):
+    """An argparse type: an integer in [low, high] (None: no upper bound)."""
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else None
+        if value is None or value < low or (high is not None and value > high):
+            bounds = f"[{low}, {'inf' if high is None else high}]"
+            raise argparse.ArgumentTypeError(f"expected an integer in {bounds}, got {text!r}")
+        return value
+    return parse
+
+
+SEED = int_arg(0, 2**32 - 1)  # numpy's seed range
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sinkflex_lib.rl.train", description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="cpu", choices=sorted(PROFILES))
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--out", required=True)
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--steps", type=int, default=None, help="override the profile's GRPO steps")
+    ap.add_argument("--steps", type=int_arg(1), default=None, help="override the profile's GRPO steps")
     ap.add_argument("--attn", default=None, help="attention implementation (default: sinkflex)")
     ap.add_argument("--device", default=None)
     args = ap.parse_args(argv)
@@ -417,8 +417,14 @@ def main(argv=None) -> int:
     if args.attn:
         over["attn_implementation"] = args.attn
     cfg = TrainConfig.from_profile(args.profile, **over)
-    res = train(cfg, args.out, seed=args.seed, resume=args.resume, device=args.device,
-                log=lambda m: print(m, flush=True))
+    try:
+        if args.resume:  # before any work: a run that cannot resume exactly is refused
+            resume_state(args.out, cfg, args.seed, log=lambda m: None)
+        res = train(cfg, args.out, seed=args.seed, resume=args.resume, device=args.device,
+                    log=lambda m: print(m, flush=True))
+    except ResumeError as e:
+        print(f"error: --resume: {e}", file=sys.stderr)
+        return 2
     print(json.dumps({k: v for k, v in res.items() if k != "policy"}))
     return 0
 

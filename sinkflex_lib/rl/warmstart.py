@@ -17,28 +17,35 @@ import numpy as np
 import torch
 
 from ..envs import RetailEnv
-from .chat import END, PAD, oracle_transcript
+from .chat import END, PAD, TOOL, oracle_transcript
 from .rollout import Rollout, collate, token_logprobs
 
 
-def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_tokens: int = 4096) -> Rollout:
+def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_tokens: int = 4096,
+                  tool_weight: float = 0.0, drop_system: bool = False) -> Rollout:
     """The oracle episode of `task_id` as a rollout layout (mask 1 on agent tokens), cut at
-    the last whole agent turn that fits in `max_tokens`."""
+    the last whole agent turn that fits in `max_tokens`. A demonstration has no sampling
+    log-probs: its `old_logp` field carries each token's loss weight instead (1 on agent tokens,
+    `tool_weight` inside tool results, 0 elsewhere), so `collate` pads it. drop_system: leave
+    out the system message (pretraining's copy curriculum)."""
     tok = policy.tokenizer
-    end_id = policy.token_id(END)
+    end_id, tool_id = policy.token_id(END), policy.token_id(TOOL)
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
     prompt, turns = oracle_transcript(env, task_id, seed=seed)
+    ids = enc(prompt)
     r = Rollout(task_id, seed)
-    for t in enc(prompt):
+    for t in (ids[ids.index(end_id) + 1:] if drop_system else ids):
         r.append(t, 1, len(r.ids))
     for action, obs in turns:
         act = enc(action) + [end_id]
         if len(r.ids) + len(act) > max_tokens:
             break
         for t in act:
-            r.append(t, 1, len(r.ids), mask=1)
+            r.append(t, 1, len(r.ids), mask=1, logp=1.0)
+        in_tool = False
         for t in enc(obs):
-            r.append(t, 1, len(r.ids))
+            in_tool = (in_tool or t == tool_id) and t != end_id
+            r.append(t, 1, len(r.ids), logp=tool_weight if in_tool and t != tool_id else 0.0)
     # trailing observation after the last kept action carries no loss: trim it
     last = max(i for i, m in enumerate(r.mask) if m) + 1 if any(r.mask) else len(r.ids)
     for k in ("ids", "attn", "pos", "mask", "old_logp"):

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from sinkflex_lib.rl.train import read_metrics
+from sinkflex_lib.rl.runstate import read_metrics
 
 ARGS = ["-m", "sinkflex_lib.integrations.trl", "train", "--profile", "smoke", "--threads", "1",
         "--trl", "entropy_coef=0.01"]

@@ -16,7 +16,7 @@ def test_cpu_profile_maps_to_grpo_config(tmp_path):
                 scale_rewards="group", num_iterations=1, per_device_train_batch_size=16,
                 gradient_accumulation_steps=1, steps_per_generation=2, generation_batch_size=32,
                 max_steps=2 * cfg.steps, learning_rate=cfg.lr, max_grad_norm=1.0, temperature=1.0,
-                max_completion_length=1536, router_aux_loss_coef=0.0, use_bias_correction_kl=False,
+                max_completion_length=cfg.max_tokens, router_aux_loss_coef=0.0, use_bias_correction_kl=False,
                 lr_scheduler_type="constant", weight_decay=0.0, adam_beta2=0.99, seed=3, bf16=False,
                 gradient_checkpointing=False)
     got = {k: getattr(args, k) for k in want}

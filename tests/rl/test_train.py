@@ -1,11 +1,10 @@
-import json
-
 import numpy as np
 import pytest
 import torch
 
 from sinkflex_lib.rl import train as train_mod
-from sinkflex_lib.rl.train import TrainConfig, read_metrics, train
+from sinkflex_lib.rl.runstate import read_metrics
+from sinkflex_lib.rl.train import TrainConfig, train
 
 TINY = dict(bc_episodes=2, bc_epochs=1, steps=2, groups_per_step=2, group_size=2, minibatch_size=2,
             ppo_epochs=2, max_turns=2, max_tokens=400, max_new_tokens=8, val_tasks=1, val_every=1,

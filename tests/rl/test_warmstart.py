@@ -1,5 +1,6 @@
 from sinkflex_lib.envs import RetailEnv
 from sinkflex_lib.rl.rollout import collate
+from sinkflex_lib.rl.chat import END, SYSTEM, TOOL, USER
 from sinkflex_lib.rl.warmstart import bc_loss, demonstration, warm_start
 
 
@@ -23,3 +24,22 @@ def test_warm_start_reduces_loss(micro_policy):
     after = float(bc_loss(micro_policy, batch).detach())
     assert len(hist) == 6
     assert after < before - 0.5, (before, after)
+
+
+def test_demonstration_weights_agent_and_tool_tokens_and_can_drop_the_system_message(micro_policy):
+    env = RetailEnv("eval-world:0", max_steps=60)
+    r = demonstration(micro_policy, env, "cancel_000", 0, 2048, tool_weight=0.25)
+    tool, user, end = (micro_policy.token_id(t) for t in (TOOL, USER, END))
+    role = None
+    for t, m, w in zip(r.ids, r.mask, r.old_logp):
+        if t in (tool, user):
+            role = t
+        assert (m == 1) == (w == 1.0)
+        if w == 0.25:
+            assert role == tool and t not in (tool, end)
+        if m:
+            role = None
+    assert 0 < sum(r.mask) < len(r.ids) and any(w == 0.25 for w in r.old_logp)
+    short = demonstration(micro_policy, env, "cancel_000", 0, 200, 0.25, drop_system=True)
+    assert micro_policy.token_id(SYSTEM) not in short.ids and r.ids[0] == micro_policy.token_id(SYSTEM)
+    assert len(short.ids) <= 200 and short.mask[-1] == 1

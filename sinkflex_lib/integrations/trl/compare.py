@@ -21,7 +21,8 @@ import torch
 
 from ...rl.chat import PAD
 from ...rl.rollout import RolloutConfig, collate, token_logprobs, without_pads
-from ...rl.train import TrainConfig, read_metrics, train
+from ...rl.runstate import read_metrics
+from ...rl.train import TrainConfig, train
 from .config import FIELD_MAP, grpo_config
 from .rollout import DECODE_MODES, play
 from .trainer import train_trl, warm_start_run

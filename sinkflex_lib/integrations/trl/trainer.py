@@ -31,7 +31,8 @@ from transformers import TrainerCallback
 from ...envs import RetailEnv
 from ...models import ensure_registered
 from ...rl.policy import Policy, build_policy, lora_config
-from ...rl.train import TrainConfig, append_metrics, read_metrics, train, validate, validation_tasks
+from ...rl.runstate import append_metrics, read_metrics
+from ...rl.train import TrainConfig, train, validate, validation_tasks
 from .chat import prepare_tokenizer
 from .config import grpo_config
 from .rollout import RetailRollout, env_reward, generation_model, updates_per_step
@@ -95,7 +96,7 @@ class ScaleOutLog(TrainerCallback):
 
     def __init__(self, cfg: TrainConfig, seed: int, rollout: RetailRollout, metrics_path: Path, log=print):
         self.cfg, self.seed, self.rollout, self.metrics_path, self.log = cfg, seed, rollout, metrics_path, log
-        self.val_ids = validation_tasks(RetailEnv(cfg.source), cfg)
+        self.val_ids = validation_tasks(cfg)
         self.trainer = None          # set by make_trainer
         self.pending_val = None
         self.checksum = None

@@ -1,0 +1,162 @@
+"""Evaluation that cannot flatter: held-out worlds, every task counted, per kind, two baselines.
+
+    python -m sinkflex_lib.rl.evaluate --policy DIR --world-seed S [--tasks N] [--json]
+    python -m sinkflex_lib.rl.evaluate --policy DIR --source tau2 --json     # the real tasks
+
+The held-out world ``eval-world:S`` is generated on the fly (:mod:`sinkflex_lib.envs.data`):
+its user ids, e-mails, order, item, product and payment ids never occur in a training world.
+Every selected task is played once, greedily (mean@1), and scored by the environment. Beside
+the policy, the same tasks are scored for
+
+- **do-nothing**: an agent that ends the conversation at once. It scores 1 exactly where the
+  gold needs no write and no information (refuse, transfer): a rise that it also reaches is
+  not learning;
+- **the oracle**: the gold actions with policy-abiding messages (1.0 when the environment,
+  the tasks and the reward agree).
+
+Results are given overall, per task kind (``description.purpose``: one of the 11 synthetic kinds,
+a free-text purpose for the few real tau2 tasks that have one, "tau2" for the others) and for the
+**write tasks** (those whose gold actions call a write tool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from ..envs import RetailEnv, WRITE_TOOLS, load_source
+from ..envs.data import world_source
+from ..envs.episode import run_episode
+from ..envs.oracle import OracleAgent, ScriptAgent
+from ..envs.reward import gold_actions
+from .rollout import RolloutConfig, rollout_batch
+
+EVAL_TASKS = 110    # tasks of a held-out world evaluated by default (10 of each of the 11 kinds)
+
+
+def task_kind(task: dict) -> str:
+    return (task.get("description") or {}).get("purpose") or "tau2"
+
+
+def is_write_task(task: dict) -> bool:
+    return any(a["name"] in WRITE_TOOLS for a in gold_actions(task))
+
+
+def balanced_task_ids(source: str, n: int | None = None) -> list[str]:
+    """`n` task ids of `source` taken round-robin over the task kinds (each kind in id order),
+    so any prefix mixes every kind; None: every task."""
+    data = load_source(source)
+    by_kind: dict[str, list[str]] = {}
+    for tid, task in data.tasks.items():
+        by_kind.setdefault(task_kind(task), []).append(tid)
+    queues = [sorted(v) for v in by_kind.values()]
+    ids = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
+    if n is not None and not 1 <= n <= len(ids):
+        raise ValueError(f"tasks must be between 1 and {len(ids)} for source {source!r}, got {n}")
+    return ids[:n]
+
+
+def baseline_rewards(source: str, task_ids: list[str], agent: str, max_turns: int) -> dict[str, float]:
+    """Reward per task of the "do_nothing" or the "oracle" agent."""
+    makers = {"do_nothing": lambda task: ScriptAgent([]), "oracle": OracleAgent}
+    if agent not in makers:
+        raise ValueError(f"agent must be one of {sorted(makers)}, got {agent!r}")
+    env = RetailEnv(source, max_steps=max(max_turns, 60))   # the oracle is never cut short
+    return {t: run_episode(env, makers[agent], t).reward for t in task_ids}
+
+
+def summarize(rewards: dict[str, float], source: str, baselines: dict[str, dict[str, float]]) -> dict:
+    """mean@1 overall, on write tasks and per kind, each next to every baseline."""
+    tasks = load_source(source).tasks
+
+    def means(scores: dict[str, float], keep) -> float:
+        vals = [scores[t] for t in rewards if keep(tasks[t])]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    out = {"n_tasks": len(rewards), "n_write_tasks": sum(is_write_task(tasks[t]) for t in rewards),
+           "mean_at_1": means(rewards, lambda t: True), "write_mean_at_1": means(rewards, is_write_task)}
+    for name, scores in baselines.items():
+        out[f"{name}_mean_at_1"] = means(scores, lambda t: True)
+        out[f"{name}_write_mean_at_1"] = means(scores, is_write_task)
+    out["per_kind"] = {}
+    for kind in dict.fromkeys(task_kind(tasks[t]) for t in rewards):
+        of_kind = lambda t, k=kind: task_kind(t) == k  # noqa: E731
+        row = {"n": sum(of_kind(tasks[t]) for t in rewards), "write": is_write_task(
+            next(tasks[t] for t in rewards if of_kind(tasks[t]))), "mean_at_1": means(rewards, of_kind)}
+        row.update({name: means(scores, of_kind) for name, scores in baselines.items()})
+        out["per_kind"][kind] = row
+    return out
+
+
+def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig | None = None,
+                    with_baselines: bool = True) -> dict:
+    """Greedy mean@1 of `policy` on `task_ids` of `source` (see module docstring); with
+    per-task rewards (`per_task`) and the rollout's failure counts."""
+    cfg = cfg or RolloutConfig()
+    cfg = RolloutConfig(**{**cfg.__dict__, "temperature": 0.0, "source": source})
+    t0 = time.perf_counter()
+    rollouts = rollout_batch(policy, [(t, 0) for t in task_ids], cfg)
+    rewards = {r.task_id: r.reward for r in rollouts}
+    baselines = ({a: baseline_rewards(source, task_ids, a, cfg.max_turns) for a in ("do_nothing", "oracle")}
+                 if with_baselines else {})
+    out = {"source": source, **summarize(rewards, source, baselines), "per_task": rewards,
+           "tool_calls": sum(r.tool_calls for r in rollouts),
+           "tool_errors": sum(r.tool_errors + r.parse_errors for r in rollouts),
+           "seconds": time.perf_counter() - t0}
+    return out
+
+
+def main(argv=None) -> int:
+    from .policy import build_policy
+
+    ap = argparse.ArgumentParser(prog="python -m sinkflex_lib.rl.evaluate", description=__doc__.split("\n")[0])
+    ap.add_argument("--policy", required=True, help="a checkpoint directory, or a preset (tiny, micro)")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--world-seed", type=int, default=0, help="held-out world eval-world:S (default 0)")
+    where.add_argument("--source", default=None, help="another data source instead (mini, tau2, a folder)")
+    ap.add_argument("--tasks", type=int, default=None,
+                    help=f"tasks, round-robin over kinds (default: {EVAL_TASKS} of a world, all of a source)")
+    defaults = RolloutConfig()
+    ap.add_argument("--max-turns", type=int, default=defaults.max_turns)
+    ap.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    ap.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    args = ap.parse_args(argv)
+    source = args.source or world_source("eval", args.world_seed)
+    n = args.tasks if args.tasks is not None else (None if args.source else EVAL_TASKS)
+    task_ids = balanced_task_ids(source, n)      # validates --tasks before the policy loads
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    policy = build_policy(args.policy)
+    cfg = RolloutConfig(max_turns=args.max_turns, max_tokens=args.max_tokens,
+                        max_new_tokens=args.max_new_tokens)
+    res = evaluate_policy(policy, source, task_ids, cfg)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(format_table(res))
+    return 0
+
+
+def format_table(res: dict) -> str:
+    """A Markdown table of a result: one row per kind, then write tasks and all."""
+    lines = ["| kind | tasks | policy | do-nothing | oracle |", "|---|---:|---:|---:|---:|"]
+    for kind, row in res["per_kind"].items():
+        lines.append(f"| {kind}{' (write)' if row['write'] else ''} | {row['n']} | {row['mean_at_1']:.3f} "
+                     f"| {row.get('do_nothing', float('nan')):.3f} | {row.get('oracle', float('nan')):.3f} |")
+    lines.append(f"| **write tasks** | {res['n_write_tasks']} | {res['write_mean_at_1']:.3f} | "
+                 f"{res.get('do_nothing_write_mean_at_1', float('nan')):.3f} | "
+                 f"{res.get('oracle_write_mean_at_1', float('nan')):.3f} |")
+    lines.append(f"| **all** | {res['n_tasks']} | {res['mean_at_1']:.3f} | "
+                 f"{res.get('do_nothing_mean_at_1', float('nan')):.3f} | {res.get('oracle_mean_at_1', float('nan')):.3f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

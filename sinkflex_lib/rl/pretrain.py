@@ -1,0 +1,389 @@
+"""Pretraining a base policy that copies ids: oracle episodes from a stream of fresh worlds.
+
+    python -m sinkflex_lib.rl.pretrain --out DIR [--resume] [--steps N] [--threads T]
+
+A policy trained from random weights on one small world memorises its ids; GRPO then has
+nothing to lift. Here every `episodes_per_world` episodes come from a new generated world
+(``train-world:K``, :mod:`sinkflex_lib.envs.data`), so ids never repeat and only copying them
+from the context lowers the loss. Episodes are the oracle's, rendered and tokenized exactly as
+the rollout worker builds them (:func:`.chat.oracle_transcript`), with the project tokenizer,
+under which an id, a name or an e-mail is the same token sequence wherever it appears.
+
+Schedule, three phases. `induction_steps` of the classic induction task (a random token string,
+then the same string again; loss on the repeat): it forms the copy circuit in a few hundred cheap
+steps (a previous-token head and a head that attends to what followed the earlier occurrence).
+Then `copy_steps` of a copy curriculum: the episodes without the system message, cut at
+`copy_max_tokens` (the first look-ups and calls, where most ids are copied: many copies per token
+of compute). Then whole episodes (cut at the last agent turn that fits `max_tokens`). Loss: cross-entropy on the agent's tokens (weight 1) and on the
+tool results' tokens (`tool_loss_weight`: tool results repeat ids seen before, more copy
+signal); the logged `agent_loss` counts agent tokens only. AdamW, linear warm-up, cosine decay
+to `min_lr_frac` of `lr`.
+
+Logged to DIR/metrics.jsonl: "train" rows per step and every `eval_every` steps an "eval" row
+on the held-out world ``eval-world:<eval_world_seed>`` (never trained on): teacher-forced
+exact-copy accuracy per argument kind (:func:`copy_accuracy`) and greedy mean@1
+(:mod:`.evaluate`). Checkpoints in DIR/checkpoint/ every `ckpt_every` steps (the model in
+safetensors, optimizer state, and the step as JSON); the data stream is a function of
+(seed, step), so `--resume` continues exactly (bit for bit on one thread); it refuses a folder
+without a whole checkpoint or a command line that differs from the run (:mod:`.runstate`). Every evaluation
+also saves the model as DIR/step_<N>/ (a loadable policy directory) to pick a base from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..envs import RetailEnv, load_source
+from ..envs.actions import ToolCall, parse_action
+from ..envs.data import world_source
+from .chat import END, PAD, oracle_transcript
+from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
+from .policy import build_policy, num_parameters
+from .train import SEED, int_arg
+from .warmstart import demonstration
+from .rollout import Rollout, RolloutConfig, collate, token_logprobs
+from .runstate import (ResumeError, append_metrics, load_checkpoint, read_checkpoint_state, read_metrics, resume_state,
+                       rewrite_metrics, save_checkpoint)
+
+
+@dataclass
+class PretrainConfig:
+    policy: str = "tiny"
+    steps: int = 1400
+    induction_steps: int = 800       # phase 1: random strings, repeated
+    induction_batch: int = 32
+    induction_len: int = 32
+    induction_alphabets: tuple = (8, 32, 256, 0)   # symbols a string draws from (0: the vocabulary)
+    copy_steps: int = 300            # phase 2: short episodes without the system message
+    copy_batch: int = 24
+    copy_max_tokens: int = 320
+    batch: int = 6                   # phase 3: whole episodes per step
+    max_tokens: int = 2048
+    lr: float = 3e-3
+    warmup: int = 100
+    min_lr_frac: float = 0.1
+    grad_clip: float = 1.0
+    tool_loss_weight: float = 1.0
+    episodes_per_world: int = 200
+    eval_world_seed: int = 0
+    eval_every: int = 300
+    eval_tasks: int = 33             # greedy mean@1 tasks during pretraining (3 per kind)
+    copy_eval_tasks: int = 33        # oracle episodes scored for copy accuracy
+    ckpt_every: int = 50
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+
+
+PROFILES = {
+    "smoke": dict(policy="micro", steps=5, induction_steps=1, induction_batch=2, induction_len=6,
+                  induction_alphabets=(3, 0),
+                  copy_steps=2, copy_batch=4, batch=2, max_tokens=768,
+                  warmup=1, episodes_per_world=3, eval_every=2, eval_tasks=3, copy_eval_tasks=3,
+                  ckpt_every=2, rollout=RolloutConfig(max_turns=3, max_tokens=768, max_new_tokens=12)),
+    "cpu": {},
+}
+
+ARG_KINDS = {"email": "email", "user_id": "user_id", "order_id": "order_id", "item_ids": "item_id",
+             "new_item_ids": "item_id", "product_id": "product_id", "zip": "zip",
+             "payment_method_id": "payment_method", "first_name": "name", "last_name": "name",
+             "address1": "address", "address2": "address", "city": "address", "state": "address"}
+
+
+def train_world(seed: int, k: int) -> str:
+    """The k-th training world of a run seeded `seed` (distinct worlds for distinct seeds)."""
+    return world_source("train", seed * 1_000_000 + k)
+
+
+class EpisodeStream:
+    """Example e of a run is episode e % episodes_per_world of world e // episodes_per_world, a
+    fixed shuffle of that world's tasks: a pure function of (seed, e)."""
+
+    def __init__(self, policy, cfg: PretrainConfig, seed: int):
+        self.policy, self.cfg, self.seed = policy, cfg, seed
+        self._env: tuple[int, RetailEnv, list[str]] | None = None
+
+    def _world(self, k: int) -> tuple[RetailEnv, list[str]]:
+        if self._env is None or self._env[0] != k:
+            src = train_world(self.seed, k)
+            ids = list(load_source(src).tasks)
+            order = np.random.default_rng([self.seed, k]).permutation(len(ids))
+            self._env = (k, RetailEnv(src, max_steps=60), [ids[i] for i in order])
+        return self._env[1], self._env[2]
+
+    def example(self, e: int, short: bool) -> Rollout:
+        n = self.cfg.episodes_per_world
+        env, ids = self._world(e // n)
+        cap = self.cfg.copy_max_tokens if short else self.cfg.max_tokens
+        return demonstration(self.policy, env, ids[(e % n) % len(ids)], e, cap,
+                             tool_weight=self.cfg.tool_loss_weight, drop_system=short)
+
+    def induction(self, step: int, i: int) -> Rollout:
+        """A random string of `induction_len` non-special tokens, then the same again (mask and
+        loss weight 1 on the repeat). Example i draws from a random alphabet of
+        `induction_alphabets[i % len]` tokens: with few symbols a token recurs inside the string,
+        so the repeat can be predicted only by keeping the place (as in copying a number whose
+        digit pairs recur in the context), not from the previous token alone."""
+        c, specials = self.cfg, len(self.policy.tokenizer.all_special_ids)
+        rng = np.random.default_rng([self.seed, step, i])
+        vocab = np.arange(specials, len(self.policy.tokenizer))
+        k = c.induction_alphabets[i % len(c.induction_alphabets)]
+        x = rng.choice(rng.choice(vocab, k, replace=False) if k else vocab, c.induction_len)
+        n = c.induction_len
+        r = Rollout("induction", step)
+        for j, t in enumerate(list(x) * 2):
+            r.append(int(t), 1, j, mask=int(j >= n), logp=float(j >= n))
+        return r
+
+    def batch(self, step: int) -> tuple[list[Rollout], str]:
+        """The examples of optimizer step `step` (0-based) and its phase."""
+        c, phase = self.cfg, phase_of(self.cfg, step)
+        if phase == "induction":
+            return [self.induction(step, i) for i in range(c.induction_batch)], phase
+        first = episodes_before(c, step)
+        n = c.copy_batch if phase == "copy" else c.batch
+        return [self.example(first + i, phase == "copy") for i in range(n)], phase
+
+
+def phase_of(cfg: PretrainConfig, step: int) -> str:
+    if step < cfg.induction_steps:
+        return "induction"
+    return "copy" if step < cfg.induction_steps + cfg.copy_steps else "episodes"
+
+
+def episodes_before(cfg: PretrainConfig, step: int) -> int:
+    """Episodes of the stream used by steps 0 .. step-1."""
+    s = max(0, step - cfg.induction_steps)
+    return cfg.copy_batch * min(s, cfg.copy_steps) + cfg.batch * max(0, s - cfg.copy_steps)
+
+
+def weighted_loss(policy, batch: dict) -> tuple[torch.Tensor, float]:
+    """(weighted mean NLL over tokens with weight > 0, mean NLL of the agent tokens)."""
+    logp, _ = token_logprobs(policy.model, batch)
+    w, m = batch["old_logp"].to(logp.device), batch["mask"].to(logp.device)
+    loss = -(logp * w).sum() / w.sum().clamp(min=1e-9)
+    agent = float(-(logp.detach() * m).sum() / m.sum().clamp(min=1))
+    return loss, agent
+
+
+def lr_at(cfg: PretrainConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+# -- copy accuracy -----------------------------------------------------------------------------
+
+
+def _argument_spans(action: str) -> list[tuple[str, int, int]]:
+    """(kind, start, end) character spans of the copyable argument values of a tool call."""
+    call = parse_action(action)
+    if not isinstance(call, ToolCall):
+        return []
+    spans, pos = [], 0
+    for name, value in call.arguments.items():
+        pos = action.index(f"{name}=", pos)
+        for v in (value if isinstance(value, list) else [value]):
+            if name in ARG_KINDS and isinstance(v, str) and v:
+                start = action.index(repr(v), pos) + 1
+                spans.append((ARG_KINDS[name], start, start + len(v)))
+                pos = start + len(v)
+    return spans
+
+
+@torch.no_grad()
+def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 2048) -> dict[str, float]:
+    """Teacher-forced exact-copy rate per argument kind on the oracle episodes of `task_ids`:
+    an argument value counts as copied when the argmax prediction is right at every one of its
+    tokens. Keys: the kinds of `ARG_KINDS`, and "all"."""
+    tok, env = policy.tokenizer, RetailEnv(source, max_steps=60)
+    hits: dict[str, list[bool]] = {}
+    was_training = policy.model.training
+    policy.model.eval()
+    for tid in task_ids:
+        prompt, turns = oracle_transcript(env, tid)
+        ids, targets = tok(prompt, add_special_tokens=False)["input_ids"], []
+        for action, obs in turns:
+            enc = tok(action, add_special_tokens=False, return_offsets_mapping=True)
+            for kind, a, b in _argument_spans(action):
+                targets.append((kind, [len(ids) + j for j, (s, e) in enumerate(enc["offset_mapping"])
+                                       if s < b and e > a]))
+            ids = ids + enc["input_ids"] + [policy.token_id(END)] + tok(obs, add_special_tokens=False)["input_ids"]
+        ids = ids[:max_tokens]
+        x = torch.tensor([ids], device=policy.device)
+        pred = policy.model(input_ids=x, use_cache=False).logits[0].argmax(-1).cpu()
+        for kind, positions in targets:
+            if positions and positions[-1] < len(ids):
+                hits.setdefault(kind, []).append(all(int(pred[p - 1]) == ids[p] for p in positions))
+    policy.model.train(was_training)
+    out = {k: float(np.mean(v)) for k, v in sorted(hits.items())}
+    out["all"] = float(np.mean([h for v in hits.values() for h in v])) if hits else float("nan")
+    return out
+
+
+# -- the loop ----------------------------------------------------------------------------------
+
+
+def evaluate_base(policy, cfg: PretrainConfig) -> dict:
+    """Copy accuracy and greedy mean@1 on the held-out world (never trained on)."""
+    src = world_source("eval", cfg.eval_world_seed)
+    copy = copy_accuracy(policy, src, balanced_task_ids(src, cfg.copy_eval_tasks), cfg.max_tokens)
+    res = evaluate_policy(policy, src, balanced_task_ids(src, cfg.eval_tasks), cfg.rollout,
+                          with_baselines=True)
+    keep = ("mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1", "oracle_mean_at_1", "n_tasks",
+            "tool_calls", "tool_errors")
+    return {"copy": copy, **{k: res[k] for k in keep},
+            "per_kind": {k: v["mean_at_1"] for k, v in res["per_kind"].items()}}
+
+
+def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, log=print,
+             stop_after: int | None = None) -> Path:
+    """Pretrain `cfg.policy` (see module docstring); returns the run folder."""
+    out_dir = Path(out_dir)
+    ckpt, metrics = out_dir / "checkpoint", out_dir / "metrics.jsonl"
+    torch.manual_seed(seed)
+    policy = build_policy(cfg.policy, seed=seed)
+    opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    conf = {"seed": seed, **json.loads(json.dumps(dataclasses.asdict(cfg)))}
+    start = 0
+    if resume:   # all checks first (ResumeError touches nothing)
+        state = load_checkpoint(ckpt, policy, opt, resume_state(out_dir, conf, log=log))
+        start = state["step"]
+        rewrite_metrics(out_dir, start)
+        log(f"resumed {out_dir} at step {start}")
+    else:
+        if (ckpt / "state.json").exists():
+            raise FileExistsError(f"{out_dir} holds a run; pass --resume or choose another --out")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        metrics.write_text("")
+        append_metrics(metrics, {"kind": "config", "step": 0, "parameters": num_parameters(policy.model), **conf})
+    stream, pad_id = EpisodeStream(policy, cfg, seed), policy.token_id(PAD)
+    t0, tokens = time.perf_counter(), 0
+    last = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    for step in range(start, last):
+        ts = time.perf_counter()
+        examples, phase = stream.batch(step)
+        batch = collate(examples, pad_id)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, step)
+        policy.model.train()
+        loss, agent_loss = weighted_loss(policy, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip)
+        opt.step()
+        n_tok = int(batch["attention_mask"].sum())
+        tokens += n_tok
+        row = {"kind": "train", "step": step + 1, "phase": phase,
+               "loss": float(loss.detach()), "agent_loss": agent_loss, "grad_norm": float(gn),
+               "lr": lr_at(cfg, step), "tokens": n_tok, "seconds": time.perf_counter() - ts}
+        append_metrics(metrics, row)
+        done = step + 1
+        if done % 10 == 0 or done == last:
+            rate = tokens / (time.perf_counter() - t0)
+            eta = (last - done) * (time.perf_counter() - t0) / (done - start)
+            log(f"step {done}/{cfg.steps} [{row['phase']}] loss {row['loss']:.3f} agent {agent_loss:.3f} "
+                f"{rate:.0f} tok/s ETA {eta / 60:.0f} min")
+        if done % cfg.eval_every == 0 or done == cfg.steps:
+            te = time.perf_counter()
+            ev = evaluate_base(policy, cfg)
+            append_metrics(metrics, {"kind": "eval", "step": done, **ev, "seconds": time.perf_counter() - te})
+            policy.model.save_pretrained(out_dir / f"step_{done}")
+            policy.tokenizer.save_pretrained(out_dir / f"step_{done}")
+            log(f"step {done} eval: copy {ev['copy']['all']:.3f} "
+                f"({', '.join(f'{k} {v:.2f}' for k, v in ev['copy'].items() if k != 'all')}); "
+                f"mean@1 {ev['mean_at_1']:.3f} write {ev['write_mean_at_1']:.3f} "
+                f"(do-nothing {ev['do_nothing_mean_at_1']:.3f})")
+        if done % cfg.ckpt_every == 0 or done == last:
+            save_checkpoint(ckpt, policy, opt, {"step": done})
+    return out_dir
+
+
+BASE_BAND = (0.15, 0.40)      # overall mean@1 that leaves GRPO room (the paper starts at 0.25)
+MIN_WRITE = 0.10              # and the write tasks must already be solved sometimes
+
+
+def select_step(rows: list[dict]) -> dict:
+    """The eval row of the base to ship: the latest step whose mean@1 lies in `BASE_BAND` with
+    write tasks above `MIN_WRITE`; if none does, the last evaluated step, the most trained (its
+    `in_band` is then False: below the band, mean@1 mostly counts how often a policy ends the
+    conversation at once, which do-nothing does best)."""
+    evals = [r for r in rows if r["kind"] == "eval"]
+    if not evals:
+        raise ValueError("the run has no evaluation yet")
+    ok = [r for r in evals if BASE_BAND[0] <= r["mean_at_1"] <= BASE_BAND[1] and r["write_mean_at_1"] > MIN_WRITE]
+    return {**(ok[-1] if ok else evals[-1]), "in_band": bool(ok)}
+
+
+def ship(out_dir, dest, seed: int, command: str) -> Path:
+    """Export the selected step of the run in `out_dir` to `dest`, with its manifest and a full
+    evaluation (every kind, both baselines) on the held-out world."""
+    from ..reproduce import device_description, git_commit
+    from .checkpoints import export_checkpoint
+
+    out_dir = Path(out_dir)
+    rows = read_metrics(out_dir)
+    conf = rows[0]
+    chosen = select_step(rows)
+    step = chosen["step"]
+    cfg = PretrainConfig(**{k: v for k, v in conf.items() if k in PretrainConfig.__dataclass_fields__
+                            and k != "rollout"}, rollout=RolloutConfig(**conf["rollout"]))
+    src = world_source("eval", cfg.eval_world_seed)
+    policy = build_policy(str(out_dir / f"step_{step}"))
+    evaluation = {k: v for k, v in evaluate_policy(policy, src, balanced_task_ids(src, EVAL_TASKS),
+                                                   cfg.rollout).items() if k != "per_task"}
+    evaluation["copy"] = copy_accuracy(policy, src, balanced_task_ids(src, EVAL_TASKS), cfg.max_tokens)
+    upto = [r for r in rows if r.get("step", 0) <= step and r["kind"] in ("train", "eval")]
+    examples = episodes_before(cfg, step)
+    manifest = {
+        "name": Path(dest).name, "command": command, "git": git_commit(), "seed": seed, "step": step,
+        "selected": chosen, "data": {"worlds": [train_world(seed, 0), train_world(seed, (examples - 1) // cfg.episodes_per_world)],
+                                     "episodes": examples, "episodes_per_world": cfg.episodes_per_world},
+        "tokens_seen": sum(r.get("tokens", 0) for r in upto if r["kind"] == "train"),
+        "wall_time_s": sum(r.get("seconds", 0.0) for r in upto), "device": device_description(),
+        "config": conf, "evaluation": evaluation}
+    dest = export_checkpoint(out_dir / f"step_{step}", dest, cfg.policy, manifest)
+    (dest / "pretrain_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return dest
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sinkflex_lib.rl.pretrain", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--profile", default="cpu", choices=sorted(PROFILES))
+    ap.add_argument("--seed", type=SEED, default=0)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--steps", type=int_arg(1), default=None)
+    ap.add_argument("--threads", type=int_arg(1), default=None)
+    ap.add_argument("--ship", default=None, metavar="DEST",
+                    help="after training, export the selected step (select_step) to DEST with a manifest")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    over = {} if args.steps is None else {"steps": args.steps}
+    cfg = PretrainConfig(**{**PROFILES[args.profile], **over})
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    try:
+        done = args.resume and read_checkpoint_state(Path(args.out) / "checkpoint")["step"] >= cfg.steps
+        if not done:
+            pretrain(cfg, args.out, seed=args.seed, resume=args.resume, log=log)
+    except (ResumeError, FileExistsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.ship:
+        dest = ship(args.out, args.ship, args.seed, "python -m sinkflex_lib.rl.pretrain " + " ".join(argv or sys.argv[1:]))
+        log(f"shipped {dest}: {json.loads((Path(dest) / 'manifest.json').read_text())['selected']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The evaluate command: JSON keys, every task counted, baselines computed independently."""
+
+import json
+
+import pytest
+
+from sinkflex_lib.envs import RetailEnv
+from sinkflex_lib.envs.reward import gold_actions
+from sinkflex_lib.envs.tools import WRITE_TOOLS
+from sinkflex_lib.rl import evaluate as ev
+
+WORLD = "eval-world:3"
+
+
+def test_balanced_task_ids_cycle_over_kinds_and_check_n():
+    ids = ev.balanced_task_ids(WORLD, 22)
+    kinds = [RetailEnv(WORLD).data.tasks[t]["description"]["purpose"] for t in ids]
+    assert len(set(kinds)) == 11 and all(kinds.count(k) == 2 for k in set(kinds))
+    assert len(ev.balanced_task_ids(WORLD)) == 335
+    with pytest.raises(ValueError, match="tasks must be between 1 and 335"):
+        ev.balanced_task_ids(WORLD, 336)
+
+
+def test_do_nothing_scores_exactly_the_tasks_without_write_or_information():
+    ids = ev.balanced_task_ids(WORLD, 44)
+    tasks = RetailEnv(WORLD).data.tasks
+    got = ev.baseline_rewards(WORLD, ids, "do_nothing", max_turns=16)
+    for t in ids:  # independent rule: no gold write and nothing to communicate
+        task = tasks[t]
+        silent = (not any(a["name"] in WRITE_TOOLS for a in gold_actions(task))
+                  and not task["evaluation_criteria"]["communicate_info"])
+        assert got[t] == float(silent), t
+    assert set(ev.baseline_rewards(WORLD, ids, "oracle", max_turns=16).values()) == {1.0}
+
+
+def test_evaluate_command_prints_the_json_of_a_micro_policy(capsys):
+    assert ev.main(["--policy", "micro", "--world-seed", "3", "--tasks", "11", "--max-turns", "2",
+                    "--max-new-tokens", "4", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    for key in ("mean_at_1", "write_mean_at_1", "per_kind", "n_tasks", "do_nothing_mean_at_1",
+                "oracle_mean_at_1"):
+        assert key in res
+    assert res["n_tasks"] == 11 and len(res["per_kind"]) == 11 and len(res["per_task"]) == 11
+    assert res["oracle_mean_at_1"] == 1.0
+    assert res["do_nothing_mean_at_1"] == pytest.approx(2 / 11)     # one refuse, one transfer task
+    assert res["n_write_tasks"] == sum(v["write"] for v in res["per_kind"].values())
+    assert res["mean_at_1"] == pytest.approx(sum(res["per_task"].values()) / 11)
+
+
+def test_evaluate_refuses_bad_arguments_before_loading_a_policy():
+    with pytest.raises(SystemExit):
+        ev.main(["--policy", "micro", "--world-seed", "3", "--source", "mini"])
+    with pytest.raises(ValueError, match="tasks must be between"):
+        ev.main(["--policy", "/no/such/dir", "--tasks", "0"])

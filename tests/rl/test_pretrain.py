@@ -1,0 +1,107 @@
+"""Pretraining: the episode stream, loss weights, copy accuracy, exact resume, base selection."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sinkflex_lib.rl import pretrain as pt
+from sinkflex_lib.rl.runstate import ResumeError
+
+SMOKE = pt.PretrainConfig(**pt.PROFILES["smoke"])
+
+
+def test_stream_is_a_function_of_seed_and_step_and_changes_world(micro_policy):
+    cfg = pt.PretrainConfig(**{**pt.PROFILES["smoke"], "episodes_per_world": 2})
+    a, b = pt.EpisodeStream(micro_policy, cfg, 0), pt.EpisodeStream(micro_policy, cfg, 0)
+    assert [x.ids for x in a.batch(3)[0]] == [x.ids for x in b.batch(3)[0]]
+    first = cfg.induction_steps
+    assert [a.batch(s)[1] for s in (0, first, first + cfg.copy_steps)] == ["induction", "copy", "episodes"]
+    rep = a.batch(0)[0][0]
+    n = cfg.induction_len
+    assert rep.ids[:n] == rep.ids[n:] and rep.mask == [0] * n + [1] * n
+    assert min(rep.ids) >= len(micro_policy.tokenizer.all_special_ids)
+    assert pt.episodes_before(cfg, first + cfg.copy_steps + 2) == cfg.copy_steps * cfg.copy_batch + 2 * cfg.batch
+    assert pt.train_world(0, 0) != pt.train_world(0, 1) != pt.train_world(1, 0)
+
+
+def test_argument_spans_find_every_copyable_value():
+    a = ("modify_pending_order_items(order_id='#W1', item_ids=['111', '222'], new_item_ids=['333'], "
+         "payment_method_id='paypal_1')")
+    assert [(k, a[s:e]) for k, s, e in pt._argument_spans(a)] == [
+        ("order_id", "#W1"), ("item_id", "111"), ("item_id", "222"), ("item_id", "333"),
+        ("payment_method", "paypal_1")]
+    assert pt._argument_spans("Hello there") == []
+
+
+class _Peek(torch.nn.Module):
+    """A 'model' whose argmax at position i is the true token i+1 (or always token 0)."""
+
+    def __init__(self, vocab, right=True):
+        super().__init__()
+        self.vocab, self.right, self.w = vocab, right, torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, **kw):
+        nxt = torch.roll(input_ids, -1, dims=1) if self.right else torch.zeros_like(input_ids)
+        return type("Out", (), {"logits": torch.nn.functional.one_hot(nxt, self.vocab).float()})()
+
+
+def test_copy_accuracy_is_one_for_perfect_predictions_and_zero_for_none(micro_policy):
+    ids = ["cancel_000", "modify_items_000", "return_000", "modify_address_000"]
+    model = micro_policy.model
+    try:
+        micro_policy.model = _Peek(len(micro_policy.tokenizer))
+        good = pt.copy_accuracy(micro_policy, "eval-world:0", ids)
+        micro_policy.model = _Peek(len(micro_policy.tokenizer), right=False)
+        bad = pt.copy_accuracy(micro_policy, "eval-world:0", ids)
+    finally:
+        micro_policy.model = model
+    assert {"email", "order_id", "item_id", "payment_method", "user_id", "all"} <= set(good)
+    assert set(good.values()) == {1.0} and set(bad.values()) == {0.0}
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor():
+    cfg = pt.PretrainConfig(steps=100, warmup=10, lr=1.0, min_lr_frac=0.1)
+    assert pt.lr_at(cfg, 0) == pytest.approx(0.1) and pt.lr_at(cfg, 9) == pytest.approx(1.0)
+    assert pt.lr_at(cfg, 99) == pytest.approx(0.1, abs=1e-3)
+
+
+def test_smoke_run_resumes_bit_identically_on_one_thread(tmp_path):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pt.pretrain(SMOKE, tmp_path / "a", log=lambda m: None)
+        pt.pretrain(SMOKE, tmp_path / "b", log=lambda m: None, stop_after=2)
+        with pytest.raises(FileExistsError):
+            pt.pretrain(SMOKE, tmp_path / "b", log=lambda m: None)
+        pt.pretrain(SMOKE, tmp_path / "b", resume=True, log=lambda m: None)
+    finally:
+        torch.set_num_threads(threads)
+    wa, wb = (load_file(str(tmp_path / x / "checkpoint" / "model.safetensors")) for x in "ab")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    ra, rb = ([json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()] for d in "ab")
+    assert drop(ra) == drop(rb) and [r["kind"] for r in ra].count("eval") == 3
+    assert [r["phase"] for r in ra if r["kind"] == "train"] == ["induction"] + ["copy"] * 2 + ["episodes"] * 2
+    assert (tmp_path / "a" / "step_4" / "config.json").is_file()
+
+
+def test_resume_refuses_a_missing_checkpoint_or_another_config(tmp_path, capsys):
+    with pytest.raises(ResumeError, match="nothing to resume"):
+        pt.pretrain(SMOKE, tmp_path, resume=True, log=lambda m: None)
+    pt.pretrain(SMOKE, tmp_path, log=lambda m: None, stop_after=2)
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    with pytest.raises(ResumeError, match="seed 0 in the run, 7 now"):
+        pt.pretrain(SMOKE, tmp_path, seed=7, resume=True, log=lambda m: None)
+    assert pt.main(["--profile", "smoke", "--out", str(tmp_path), "--resume", "--seed", "7"]) == 2
+    assert "seed 0 in the run" in capsys.readouterr().err
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+
+
+def test_select_step_takes_the_latest_base_in_the_band():
+    rows = [{"kind": "config"}] + [{"kind": "eval", "step": s, "mean_at_1": m, "write_mean_at_1": w}
+                                   for s, m, w in [(1, 0.1, 0.0), (2, 0.2, 0.15), (3, 0.3, 0.2), (4, 0.5, 0.4)]]
+    assert pt.select_step(rows)["step"] == 3 and pt.select_step(rows)["in_band"]
+    rows = [rows[0], rows[1], {**rows[4], "mean_at_1": 0.05, "write_mean_at_1": 0.0}]
+    assert pt.select_step(rows)["step"] == 4 and not pt.select_step(rows)["in_band"]
