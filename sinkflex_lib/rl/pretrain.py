@@ -10,12 +10,13 @@ the rollout worker builds them (:func:`.chat.oracle_transcript`), with the proje
 under which an id, a name or an e-mail is the same token sequence wherever it appears.
 
 Schedule, three phases. `induction_steps` of the classic induction task (a random token string,
-then the same string again; loss on the repeat): it forms the copy circuit in a few hundred cheap
-steps (a previous-token head and a head that attends to what followed the earlier occurrence).
+then the same string again; loss on the repeat): an induction circuit forms in a few hundred
+cheap steps (loss 7.46 to 0.01 nats by step 300 on 2 cores); in the runs so far it did not, by
+itself, make the ids of retail episodes copy (README, "Limits").
 Then `copy_steps` of a copy curriculum: the episodes without the system message, cut at
 `copy_max_tokens` (the first look-ups and calls, where most ids are copied: many copies per token
-of compute). Then whole episodes (cut at the last agent turn that fits `max_tokens`). Loss: cross-entropy on the agent's tokens (weight 1) and on the
-tool results' tokens (`tool_loss_weight`: tool results repeat ids seen before, more copy
+of compute). Then whole episodes (cut at the last agent turn that fits `max_tokens`).
+Loss: cross-entropy on the agent's tokens (weight 1) and on the tool results' tokens (`tool_loss_weight`: tool results repeat ids seen before, more copy
 signal); the logged `agent_loss` counts agent tokens only. AdamW, linear warm-up, cosine decay
 to `min_lr_frac` of `lr`.
 
@@ -25,8 +26,8 @@ exact-copy accuracy per argument kind (:func:`copy_accuracy`) and greedy mean@1
 (:mod:`.evaluate`). Checkpoints in DIR/checkpoint/ every `ckpt_every` steps (the model in
 safetensors, optimizer state, and the step as JSON); the data stream is a function of
 (seed, step), so `--resume` continues exactly (bit for bit on one thread); it refuses a folder
-without a whole checkpoint or a command line that differs from the run (:mod:`.runstate`). Every evaluation
-also saves the model as DIR/step_<N>/ (a loadable policy directory) to pick a base from.
+without a whole checkpoint or a command line that differs from the run (:mod:`.runstate`).
+Every evaluation also saves the model as DIR/step_<N>/ (a loadable policy directory) to pick a base from.
 """
 
 from __future__ import annotations
@@ -245,6 +246,20 @@ def evaluate_base(policy, cfg: PretrainConfig) -> dict:
             "per_kind": {k: v["mean_at_1"] for k, v in res["per_kind"].items()}}
 
 
+def _evaluate_and_keep(policy, cfg: PretrainConfig, out_dir: Path, step: int, log) -> None:
+    """Log an "eval" row (:func:`evaluate_base`) and keep the model as out_dir/step_<step>/."""
+    t0 = time.perf_counter()
+    ev = evaluate_base(policy, cfg)
+    append_metrics(out_dir / "metrics.jsonl", {"kind": "eval", "step": step, **ev,
+                                               "seconds": time.perf_counter() - t0})
+    policy.model.save_pretrained(out_dir / f"step_{step}")
+    policy.tokenizer.save_pretrained(out_dir / f"step_{step}")
+    log(f"step {step} eval: copy {ev['copy']['all']:.3f} "
+        f"({', '.join(f'{k} {v:.2f}' for k, v in ev['copy'].items() if k != 'all')}); "
+        f"mean@1 {ev['mean_at_1']:.3f} write {ev['write_mean_at_1']:.3f} "
+        f"(do-nothing {ev['do_nothing_mean_at_1']:.3f})")
+
+
 def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, log=print,
              stop_after: int | None = None) -> Path:
     """Pretrain `cfg.policy` (see module docstring); returns the run folder."""
@@ -294,15 +309,7 @@ def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, 
             log(f"step {done}/{cfg.steps} [{row['phase']}] loss {row['loss']:.3f} agent {agent_loss:.3f} "
                 f"{rate:.0f} tok/s ETA {eta / 60:.0f} min")
         if done % cfg.eval_every == 0 or done == cfg.steps:
-            te = time.perf_counter()
-            ev = evaluate_base(policy, cfg)
-            append_metrics(metrics, {"kind": "eval", "step": done, **ev, "seconds": time.perf_counter() - te})
-            policy.model.save_pretrained(out_dir / f"step_{done}")
-            policy.tokenizer.save_pretrained(out_dir / f"step_{done}")
-            log(f"step {done} eval: copy {ev['copy']['all']:.3f} "
-                f"({', '.join(f'{k} {v:.2f}' for k, v in ev['copy'].items() if k != 'all')}); "
-                f"mean@1 {ev['mean_at_1']:.3f} write {ev['write_mean_at_1']:.3f} "
-                f"(do-nothing {ev['do_nothing_mean_at_1']:.3f})")
+            _evaluate_and_keep(policy, cfg, out_dir, done, log)
         if done % cfg.ckpt_every == 0 or done == last:
             save_checkpoint(ckpt, policy, opt, {"step": done})
     return out_dir
