@@ -148,6 +148,23 @@ def parse_action(action: Any) -> Action:
     return Message(text)
 
 
+def argument_value_spans(action: str) -> list[tuple[str, int, int]]:
+    """(argument name, start, end) character spans of the string values of a functional tool
+    call, list elements one by one, in order; [] for anything that is not a call."""
+    call = parse_action(action)
+    if not isinstance(call, ToolCall):
+        return []
+    spans, pos = [], 0
+    for name, value in call.arguments.items():
+        pos = action.index(f"{name}=", pos)
+        for v in (value if isinstance(value, list) else [value]):
+            if isinstance(v, str) and v:
+                start = action.index(repr(v), pos) + 1
+                spans.append((name, start, start + len(v)))
+                pos = start + len(v)
+    return spans
+
+
 def format_call(call: ToolCall) -> str:
     """A tool call in functional form, as tau2 prints it: ``name(arg='v', n=['a'])``."""
     return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in call.arguments.items())})"

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from ..envs import RetailEnv, load_source
-from ..envs.actions import ToolCall, parse_action
+from ..envs.actions import argument_value_spans
 from ..envs.data import world_source
 from .chat import END, PAD, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
@@ -60,24 +60,26 @@ from .runstate import (ResumeError, append_metrics, load_checkpoint, read_checkp
 @dataclass
 class PretrainConfig:
     policy: str = "tiny"
-    steps: int = 1400
-    induction_steps: int = 800       # phase 1: random strings, repeated
+    steps: int = 2650
+    induction_steps: int = 400       # phase 1: random strings, repeated
     induction_batch: int = 32
-    induction_len: int = 32
+    induction_len: int = 32          # longest string; the gap before its repeat is 0..induction_gap
+    induction_gap: int = 64
     induction_alphabets: tuple = (8, 32, 256, 0)   # symbols a string draws from (0: the vocabulary)
-    copy_steps: int = 300            # phase 2: short episodes without the system message
+    copy_steps: int = 2000           # phase 2: short episodes without the system message
     copy_batch: int = 24
-    copy_max_tokens: int = 320
+    copy_max_tokens: int = 256
     batch: int = 6                   # phase 3: whole episodes per step
     max_tokens: int = 2048
     lr: float = 3e-3
     warmup: int = 100
     min_lr_frac: float = 0.1
     grad_clip: float = 1.0
-    tool_loss_weight: float = 1.0
+    tool_loss_weight: float = 0.25
+    value_weight: float = 3.0        # loss weight of the tokens of a call's argument values (the copies)
     episodes_per_world: int = 200
     eval_world_seed: int = 0
-    eval_every: int = 300
+    eval_every: int = 500
     eval_tasks: int = 33             # greedy mean@1 tasks during pretraining (3 per kind)
     copy_eval_tasks: int = 33        # oracle episodes scored for copy accuracy
     ckpt_every: int = 50
@@ -85,7 +87,7 @@ class PretrainConfig:
 
 
 PROFILES = {
-    "smoke": dict(policy="micro", steps=5, induction_steps=1, induction_batch=2, induction_len=6,
+    "smoke": dict(policy="micro", steps=5, induction_steps=1, induction_batch=2, induction_len=6, induction_gap=3,
                   induction_alphabets=(3, 0),
                   copy_steps=2, copy_batch=4, batch=2, max_tokens=768,
                   warmup=1, episodes_per_world=3, eval_every=2, eval_tasks=3, copy_eval_tasks=3,
@@ -124,24 +126,28 @@ class EpisodeStream:
         n = self.cfg.episodes_per_world
         env, ids = self._world(e // n)
         cap = self.cfg.copy_max_tokens if short else self.cfg.max_tokens
-        return demonstration(self.policy, env, ids[(e % n) % len(ids)], e, cap,
-                             tool_weight=self.cfg.tool_loss_weight, drop_system=short)
+        return demonstration(self.policy, env, ids[(e % n) % len(ids)], e, cap, tool_weight=self.cfg.tool_loss_weight,
+                             drop_system=short, value_weight=self.cfg.value_weight)
 
     def induction(self, step: int, i: int) -> Rollout:
-        """A random string of `induction_len` non-special tokens, then the same again (mask and
-        loss weight 1 on the repeat). Example i draws from a random alphabet of
-        `induction_alphabets[i % len]` tokens: with few symbols a token recurs inside the string,
-        so the repeat can be predicted only by keeping the place (as in copying a number whose
-        digit pairs recur in the context), not from the previous token alone."""
+        """A random string of n non-special tokens (n uniform in [`induction_len`//4,
+        `induction_len`]), a gap of 0..`induction_gap` random tokens, then the string again; loss
+        (mask and weight 1) on the repeat after its first token. The varying length and gap mean
+        no fixed offset finds the earlier copy: only matching content does, as in copying an id.
+        Example i draws its string from a random alphabet of `induction_alphabets[i % len]` tokens:
+        with few symbols a token recurs inside the string, so the repeat can be predicted only by
+        keeping the place (as in copying a number whose digit pairs recur in the context)."""
         c, specials = self.cfg, len(self.policy.tokenizer.all_special_ids)
         rng = np.random.default_rng([self.seed, step, i])
         vocab = np.arange(specials, len(self.policy.tokenizer))
         k = c.induction_alphabets[i % len(c.induction_alphabets)]
-        x = rng.choice(rng.choice(vocab, k, replace=False) if k else vocab, c.induction_len)
-        n = c.induction_len
+        n = int(rng.integers(max(1, c.induction_len // 4), c.induction_len + 1))
+        x = list(rng.choice(rng.choice(vocab, k, replace=False) if k else vocab, n))
+        gap = list(rng.choice(vocab, int(rng.integers(0, c.induction_gap + 1))))
         r = Rollout("induction", step)
-        for j, t in enumerate(list(x) * 2):
-            r.append(int(t), 1, j, mask=int(j >= n), logp=float(j >= n))
+        start = n + len(gap)
+        for j, t in enumerate(x + gap + x):
+            r.append(int(t), 1, j, mask=int(j > start), logp=float(j > start))
         return r
 
     def batch(self, step: int) -> tuple[list[Rollout], str]:
@@ -187,18 +193,7 @@ def lr_at(cfg: PretrainConfig, step: int) -> float:
 
 def _argument_spans(action: str) -> list[tuple[str, int, int]]:
     """(kind, start, end) character spans of the copyable argument values of a tool call."""
-    call = parse_action(action)
-    if not isinstance(call, ToolCall):
-        return []
-    spans, pos = [], 0
-    for name, value in call.arguments.items():
-        pos = action.index(f"{name}=", pos)
-        for v in (value if isinstance(value, list) else [value]):
-            if name in ARG_KINDS and isinstance(v, str) and v:
-                start = action.index(repr(v), pos) + 1
-                spans.append((ARG_KINDS[name], start, start + len(v)))
-                pos = start + len(v)
-    return spans
+    return [(ARG_KINDS[n], a, b) for n, a, b in argument_value_spans(action) if n in ARG_KINDS]
 
 
 @torch.no_grad()

@@ -18,10 +18,14 @@ def test_stream_is_a_function_of_seed_and_step_and_changes_world(micro_policy):
     assert [x.ids for x in a.batch(3)[0]] == [x.ids for x in b.batch(3)[0]]
     first = cfg.induction_steps
     assert [a.batch(s)[1] for s in (0, first, first + cfg.copy_steps)] == ["induction", "copy", "episodes"]
-    rep = a.batch(0)[0][0]
-    n = cfg.induction_len
-    assert rep.ids[:n] == rep.ids[n:] and rep.mask == [0] * n + [1] * n
-    assert min(rep.ids) >= len(micro_policy.tokenizer.all_special_ids)
+    for rep in a.batch(0)[0]:   # string, gap, string again; loss on the repeat after its first token
+        trained = sum(rep.mask)
+        n = trained + 1
+        assert cfg.induction_len // 4 <= n <= cfg.induction_len
+        assert 0 <= len(rep.ids) - 2 * n <= cfg.induction_gap
+        assert rep.ids[:n] == rep.ids[-n:] and rep.mask == [0] * (len(rep.ids) - trained) + [1] * trained
+        assert rep.old_logp == [float(m) for m in rep.mask]
+        assert min(rep.ids) >= len(micro_policy.tokenizer.all_special_ids)
     assert pt.episodes_before(cfg, first + cfg.copy_steps + 2) == cfg.copy_steps * cfg.copy_batch + 2 * cfg.batch
     assert pt.train_world(0, 0) != pt.train_world(0, 1) != pt.train_world(1, 0)
 

@@ -1,6 +1,6 @@
 from sinkflex_lib.envs import RetailEnv
 from sinkflex_lib.rl.rollout import collate
-from sinkflex_lib.rl.chat import END, SYSTEM, TOOL, USER
+from sinkflex_lib.rl.chat import END, SYSTEM, TOOL, USER, oracle_transcript
 from sinkflex_lib.rl.warmstart import bc_loss, demonstration, warm_start
 
 
@@ -43,3 +43,31 @@ def test_demonstration_weights_agent_and_tool_tokens_and_can_drop_the_system_mes
     short = demonstration(micro_policy, env, "cancel_000", 0, 200, 0.25, drop_system=True)
     assert micro_policy.token_id(SYSTEM) not in short.ids and r.ids[0] == micro_policy.token_id(SYSTEM)
     assert len(short.ids) <= 200 and short.mask[-1] == 1
+
+
+def test_value_weight_lands_exactly_on_the_argument_values(micro_policy):
+    env = RetailEnv("eval-world:0", max_steps=60)
+    tok = micro_policy.tokenizer
+    r = demonstration(micro_policy, env, "cancel_000", 0, 2048, value_weight=3.0)
+    heavy = tok.decode([t for t, w in zip(r.ids, r.old_logp) if w == 3.0])
+    _, turns = oracle_transcript(env, "cancel_000")
+    values = "".join(v for a, _ in turns for v in _string_values(a))
+    assert heavy == values and len(values) > 20         # every value's tokens, nothing else
+    plain = demonstration(micro_policy, env, "cancel_000", 0, 2048)
+    assert plain.ids == r.ids and set(plain.old_logp) <= {0.0, 1.0}
+
+
+def _string_values(action: str) -> list[str]:
+    """Independent reference: the quoted string literals inside a functional call."""
+    import ast
+    try:
+        call = ast.parse(action.strip(), mode="eval").body
+    except SyntaxError:
+        return []
+    if not isinstance(call, ast.Call):
+        return []
+    out = []
+    for kw in call.keywords:
+        vals = kw.value.elts if isinstance(kw.value, ast.List) else [kw.value]
+        out += [v.value for v in vals if isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value]
+    return out
