@@ -134,7 +134,10 @@ def _parse_functional(text: str) -> Action:
 
 
 def parse_action(action: Any) -> Action:
-    """Parse one agent action string (see module docstring). Never raises."""
+    """Parse one agent action string (see module docstring). Never raises. An already parsed
+    :data:`Action` (a chat format's parse of a turn, :mod:`sinkflex_lib.rl.formats`) is returned as is."""
+    if isinstance(action, (ToolCall, Message, ParseError)):
+        return action
     if not isinstance(action, str):
         return ParseError(f"action must be a string, got {type(action).__name__}")
     text = action.strip()

@@ -3,7 +3,7 @@
 One episode is one task. ``reset(seed, options={"task_id": ...})`` starts a conversation
 (the agent's fixed greeting, then the user's first message) and returns the user's message
 as the observation; ``info`` carries the task, the tool schemas and the policy text.
-``step(action)`` takes one string (see :mod:`.actions`): a tool call runs against this
+``step(action)`` takes one string (see :mod:`.actions`), or an already parsed ``Action``: a tool call runs against this
 episode's database and its result is observed as ``tool: ...``; a message goes to the user
 and the reply is observed as ``user: ...``. The episode terminates when the agent's message
 contains ``###STOP###``, the user ends (``###STOP###`` in the reply), or ``max_errors`` tool

@@ -150,10 +150,10 @@ def oracle_transcript(env, task_id: str, seed: int = 0) -> tuple[str, list[tuple
     The prompt is the system text, greeting, first user message and <|assistant|>.
     """
     from ..envs.oracle import oracle_script
+    from .formats import compact_prompt
 
     obs, info = env.reset(seed=seed, options={"task_id": task_id})
-    prompt = (render_message("system", compact_system_prompt(info["tools"]))
-              + render_message("assistant", env.messages[0]["content"]) + render_observation(obs))
+    prompt = compact_prompt(env, obs, info)
     turns = []
     for action in oracle_script(info["task"]):
         action = canonical_action(action)

@@ -26,6 +26,7 @@ import torch
 
 from ..models import build_gpt_oss, ensure_registered, gpt_oss_config
 from .chat import REPO_ROOT, SPECIAL_TOKENS, build_tokenizer
+from .formats import ChatFormat, CompactFormat
 
 CHECKPOINTS_DIR = REPO_ROOT / "data" / "checkpoints"
 SHIPPED_POLICIES = ("base-tiny", "grpo-tiny")
@@ -48,10 +49,19 @@ class Policy:
     """A causal LM, its tokenizer and the token ids the rollout worker needs."""
 
     model: torch.nn.Module
-    tokenizer: object
+    tokenizer: object               # None for a Harmony preset (the format holds the encoding)
     name: str
     lora: bool = False
     reference: torch.nn.Module | None = field(default=None, repr=False)
+    chat: ChatFormat | None = field(default=None, repr=False)   # default: CompactFormat(tokenizer)
+
+    def __post_init__(self):
+        if self.chat is None:
+            self.chat = CompactFormat(self.tokenizer)
+
+    @property
+    def pad_id(self) -> int:
+        return self.chat.pad_id
 
     @property
     def device(self) -> torch.device:
@@ -91,16 +101,26 @@ def lora_config(r: int):
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
+FORMATS = ("auto", "compact", "harmony")
+
+
 def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkflex", seed: int = 0,
                  dtype: torch.dtype = torch.float32, device="cpu", lora: int | None = None,
-                 tokenizer_dir: str | Path | None = None, **overrides) -> Policy:
+                 tokenizer_dir: str | Path | None = None, format: str = "auto",
+                 reasoning_effort: str = "low", **overrides) -> Policy:
     """A policy: preset name ("tiny", "micro"), shipped checkpoint ("base-tiny", "grpo-tiny") or a
     local HF causal-LM directory.
 
+    format: the chat format (:mod:`.formats`). "auto": Harmony for a directory whose tokenizer
+    has Harmony's tokens (a gpt-oss checkpoint), else the compact format; a preset with
+    format="harmony" gets gpt-oss's real vocabulary (201,088 ids) and no HF tokenizer.
+    reasoning_effort: the Harmony system message's setting.
     overrides: GptOssConfig fields for presets (e.g. num_hidden_layers=2).
     lora: a rank r to wrap the model in a LoRA adapter (`lora_config(r)`); the reference
     policy is then the model with the adapter off.
     """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
     if name_or_path in SHIPPED_POLICIES:
         path = CHECKPOINTS_DIR / name_or_path
         if not (path / "config.json").is_file():
@@ -108,30 +128,10 @@ def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkfle
                                     f"(`make pretrain` regenerates base-tiny)")
         name_or_path = str(path)
     if name_or_path in POLICY_PRESETS:
-        tok = build_tokenizer(tokenizer_dir) if tokenizer_dir else build_tokenizer()
-        cfg = gpt_oss_config("small", **{**POLICY_PRESETS[name_or_path], "vocab_size": len(tok),
-                                         "pad_token_id": tok.pad_token_id,
-                                         "eos_token_id": tok.eos_token_id,
-                                         "bos_token_id": None, **overrides})
-        model = build_gpt_oss(cfg, attn_implementation=attn_implementation, seed=seed,
-                              dtype=dtype, device=device)
-        name = name_or_path
+        model, tok, chat = _preset(name_or_path, attn_implementation, seed, dtype, device, tokenizer_dir,
+                                   format == "harmony", reasoning_effort, overrides)
     elif Path(str(name_or_path)).is_dir():
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        ensure_registered(attn_implementation) if attn_implementation.startswith("sinkflex") else None
-        tok = AutoTokenizer.from_pretrained(name_or_path)
-        missing = [t for t in SPECIAL_TOKENS if t not in tok.get_vocab()]
-        if missing:  # the rollout format needs its role markers; add them as new tokens
-            tok.add_special_tokens({"additional_special_tokens": missing})
-        if tok.pad_token is None:
-            tok.pad_token = SPECIAL_TOKENS[0]
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, attn_implementation=attn_implementation,
-                                                     dtype=dtype).to(device)
-        if len(tok) > model.get_input_embeddings().weight.shape[0]:
-            model.resize_token_embeddings(len(tok))
-        name = str(name_or_path)
+        model, tok, chat = _local(name_or_path, attn_implementation, seed, dtype, device, format, reasoning_effort)
     else:
         raise ValueError(f"name_or_path must be one of {sorted(POLICY_PRESETS) + list(SHIPPED_POLICIES)} or an existing local "
                          f"model directory, got {name_or_path!r}")
@@ -139,7 +139,62 @@ def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkfle
         from peft import get_peft_model
 
         model = get_peft_model(model, lora_config(lora))
-    return Policy(model, tok, name, lora=bool(lora))
+    return Policy(model, tok, str(name_or_path), lora=bool(lora), chat=chat)
+
+
+def _preset(name, attn_implementation, seed, dtype, device, tokenizer_dir, harmony, effort, overrides):
+    """(model, tokenizer, chat format) of a preset shape with random weights."""
+    if harmony:
+        from .harmony import HARMONY_VOCAB_SIZE, HarmonyFormat
+
+        tok, chat = None, HarmonyFormat(reasoning_effort=effort)
+        ids = dict(vocab_size=HARMONY_VOCAB_SIZE, pad_token_id=chat.pad_id, eos_token_id=chat.return_id)
+    else:
+        tok = build_tokenizer(tokenizer_dir) if tokenizer_dir else build_tokenizer()
+        chat = CompactFormat(tok)
+        ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    cfg = gpt_oss_config("small", **{**POLICY_PRESETS[name], **ids, "bos_token_id": None, **overrides})
+    model = build_gpt_oss(cfg, attn_implementation=attn_implementation, seed=seed, dtype=dtype, device=device)
+    return model, tok, chat
+
+
+def is_harmony_tokenizer(tok) -> bool:
+    """True for a tokenizer with Harmony's message tokens (gpt-oss's own chat format)."""
+    vocab = tok.get_vocab()
+    return all(t in vocab for t in ("<|start|>", "<|channel|>", "<|message|>", "<|call|>"))
+
+
+def _local(path, attn_implementation, seed, dtype, device, format, effort):
+    """(model, tokenizer, chat format) of a local HF directory. The compact format adds its
+    role markers as new tokens; Harmony never touches a tokenizer that has its own format."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ensure_registered(attn_implementation) if attn_implementation.startswith("sinkflex") else None
+    tok = AutoTokenizer.from_pretrained(path)
+    if format == "auto":
+        format = "harmony" if is_harmony_tokenizer(tok) else "compact"
+    if format == "harmony":
+        from .harmony import HarmonyFormat, harmony_encoding
+
+        if not is_harmony_tokenizer(tok):
+            raise ValueError(f"format='harmony' needs a tokenizer with Harmony's tokens; {path} has none")
+        chat = HarmonyFormat(harmony_encoding(path), reasoning_effort=effort)
+        probe = "Order #W2378156: luis.okafor3544@example.com, 3 items."
+        if tok(probe, add_special_tokens=False)["input_ids"] != chat.enc.encode(probe):
+            raise ValueError(f"the tokenizer in {path} does not encode as openai-harmony's o200k_harmony")
+    else:
+        missing = [t for t in SPECIAL_TOKENS if t not in tok.get_vocab()]
+        if missing:  # the compact format needs its role markers; add them as new tokens
+            tok.add_special_tokens({"additional_special_tokens": missing})
+        if tok.pad_token is None:
+            tok.pad_token = SPECIAL_TOKENS[0]
+        chat = CompactFormat(tok)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation,
+                                                 dtype=dtype).to(device)
+    if len(tok) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tok))
+    return model, tok, chat
 
 
 def num_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:

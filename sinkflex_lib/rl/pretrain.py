@@ -47,7 +47,7 @@ import torch
 from ..envs import RetailEnv, load_source
 from ..envs.actions import argument_value_spans
 from ..envs.data import world_source
-from .chat import END, PAD, oracle_transcript
+from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
 from .policy import build_policy, num_parameters
 from .train import SEED, int_arg
@@ -276,7 +276,7 @@ def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, 
         out_dir.mkdir(parents=True, exist_ok=True)
         metrics.write_text("")
         append_metrics(metrics, {"kind": "config", "step": 0, "parameters": num_parameters(policy.model), **conf})
-    stream, pad_id = EpisodeStream(policy, cfg, seed), policy.token_id(PAD)
+    stream, pad_id = EpisodeStream(policy, cfg, seed), policy.pad_id
     t0, tokens = time.perf_counter(), 0
     last = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
     for step in range(start, last):

@@ -16,8 +16,9 @@ rounding. With the "sinkflex" attention the sliding window counts real tokens
 episode (`without_pads`: what the warm start trains on, what TRL rescores, and what the trainer
 scores on sinkflex). Finished rows leave the batch (their cache rows are dropped).
 
-A turn: feed pending -> sample tokens until <|end|> (or `max_new_tokens`: a forced <|end|>
-with mask 0 closes the turn) -> decode the sampled tokens -> env.step(action) -> tokenize
+A turn, in the policy's chat format (:mod:`.formats`; shown for the compact one): feed pending
+-> sample tokens until a stop token, <|end|> (or `max_new_tokens`: a forced <|end|> with mask 0
+closes the turn) -> parse the sampled tokens into an action -> env.step(action) -> tokenize
 the observation + <|assistant|> as the next pending tokens. Budgets: `max_turns` (the env's
 max_steps: truncated, scored by the env as tau2 does) and `max_tokens` per row (if the next
 observation plus a full turn would not fit, the episode stops: truncated, reward 0).
@@ -31,8 +32,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..envs import RetailEnv
-from ..envs.actions import ParseError, ToolCall, parse_action
-from .chat import END, PAD, compact_system_prompt, render_message, render_observation
+from ..envs.actions import ParseError, ToolCall
 
 
 @dataclass
@@ -42,6 +42,7 @@ class RolloutConfig:
     max_new_tokens: int = 64       # sampled tokens per agent turn
     temperature: float = 1.0       # 0: greedy
     source: str = "mini"
+    user: str = "scripted"         # the user simulator (:func:`sinkflex_lib.envs.users.make_user`)
 
 
 @dataclass
@@ -83,26 +84,17 @@ class Rollout:
         self.old_logp.append(logp)
 
 
-def initial_prompt(env: RetailEnv, obs: str, info: dict) -> str:
-    """System text, the env's greeting, the first observation and <|assistant|>."""
-    return (render_message("system", compact_system_prompt(info["tools"]))
-            + render_message("assistant", env.messages[0]["content"]) + render_observation(obs))
-
-
-def _encode(tok, text: str) -> list[int]:
-    return tok(text, add_special_tokens=False)["input_ids"]
-
-
 @torch.no_grad()
 def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | None = None,
                   generator: torch.Generator | None = None, stats: dict | None = None) -> list[Rollout]:
-    """Play one episode per (task_id, seed) in `specs`, all in one batched decode loop."""
+    """Play one episode per (task_id, seed) in `specs`, all in one batched decode loop, in the
+    policy's chat format (`policy.chat`, :mod:`.formats`)."""
     from transformers import DynamicCache
 
     cfg = cfg or RolloutConfig()
-    model, tok = policy.model, policy.tokenizer
+    model, fmt = policy.model, policy.chat
     device = policy.device
-    pad_id, end_id = policy.token_id(PAD), policy.token_id(END)
+    pad_id = fmt.pad_id
     was_training = model.training
     model.eval()
     t0 = time.perf_counter()
@@ -111,10 +103,10 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
     rows = [Rollout(str(tid), int(seed)) for tid, seed in specs]
     envs, pending, next_pos, turn_tokens = [], [], [], []
     for r in rows:
-        env = RetailEnv(cfg.source, max_steps=cfg.max_turns)
+        env = RetailEnv(cfg.source, max_steps=cfg.max_turns, user=cfg.user)
         obs, info = env.reset(seed=r.seed, options={"task_id": r.task_id})
         envs.append(env)
-        pending.append([(t, 0, 0.0) for t in _encode(tok, initial_prompt(env, obs, info))])
+        pending.append([(t, 0, 0.0) for t in fmt.prompt(env, obs, info)])
         next_pos.append(0)
         turn_tokens.append([])
     live = list(range(len(rows)))          # row indices in cache order
@@ -160,10 +152,10 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
             t = int(sampled[b])
             pending[i].append((t, 1, float(logp_all[b, t])))
             turn_tokens[i].append(t)
-            if t == end_id:
+            if t in fmt.stop_ids:
                 finished_turn.append(i)
             elif len(turn_tokens[i]) >= cfg.max_new_tokens:
-                pending[i].append((end_id, 0, 0.0))   # forced close, not sampled
+                pending[i].extend((c, 0, 0.0) for c in fmt.close_ids)   # forced close, not sampled
                 finished_turn.append(i)
         generating.difference_update(finished_turn)
         if generating:
@@ -172,11 +164,10 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
         done = []
         for i in live:
             r, env = rows[i], envs[i]
-            action = tok.decode([t for t in turn_tokens[i] if t != end_id], skip_special_tokens=False)
+            text, parsed = fmt.parse(turn_tokens[i])
             turn_tokens[i] = []
-            r.actions.append(action)
-            parsed = parse_action(action)
-            obs, reward, term, trunc, info = env.step(action)
+            r.actions.append(text)
+            obs, reward, term, trunc, info = env.step(parsed)
             if isinstance(parsed, ToolCall):
                 r.tool_calls += 1
                 r.tool_errors += obs.startswith("tool: Error")
@@ -188,7 +179,7 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
                 r.end_reason = r.reward_info.get("termination", "max_turns" if trunc else "terminated")
                 done.append(i)
                 continue
-            nxt = _encode(tok, render_observation(obs))
+            nxt = fmt.observation(obs, parsed)
             used = sum(r.attn) + len(pending[i])
             if used + len(nxt) + cfg.max_new_tokens + 1 > cfg.max_tokens:
                 r.reward, r.truncated, r.end_reason = 0.0, True, "max_tokens"
@@ -274,7 +265,8 @@ def previous_real_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(last[:, :-1], (1, 0), value=-1)
 
 
-def token_logprobs(model, batch: dict, temperature: float = 1.0, with_entropy: bool = False):
+def token_logprobs(model, batch: dict, temperature: float = 1.0, with_entropy: bool = False,
+                   chunk: int = 512):
     """Log-probs (B, T) of each token under the distribution it was sampled from, from one
     forward pass over the layout; optionally that distribution's entropy. Tokens with no
     real token before them get 0.
@@ -282,19 +274,29 @@ def token_logprobs(model, batch: dict, temperature: float = 1.0, with_entropy: b
     A token at layout index t was sampled from the logits of the last *real* token fed before
     it (pads may sit in between: a row's last sampled token is fed, after left pads, with its
     next observation), so the source index is `previous_real_index`, not simply t - 1.
+    The normaliser (and entropy) of each position is computed `chunk` positions at a time and
+    only the target's logit is gathered: no second (B, T, vocab) tensor is made, which matters
+    for a 201k vocabulary (gpt-oss: 0.8 MB per position in float32).
     """
     dev = next(model.parameters()).device
     am = batch["attention_mask"].to(dev)
-    out = model(input_ids=batch["input_ids"].to(dev), attention_mask=am,
-                position_ids=batch["position_ids"].to(dev), use_cache=False)
+    logits = model(input_ids=batch["input_ids"].to(dev), attention_mask=am,
+                   position_ids=batch["position_ids"].to(dev), use_cache=False).logits
+    B, T, _ = logits.shape
+    scaled = lambda x: (x.float() / temperature) if temperature != 1.0 else x.float()  # noqa: E731
+    lse, ent = [], []
+    for a in range(0, T, chunk):
+        x = scaled(logits[:, a:a + chunk])
+        z = torch.logsumexp(x, dim=-1)
+        lse.append(z)
+        if with_entropy:
+            ent.append(z - (torch.softmax(x, dim=-1) * x).sum(-1))
     src = previous_real_index(am)
     valid = src >= 0
     src_c = src.clamp(min=0)
-    logits = out.logits.float().gather(1, src_c.unsqueeze(-1).expand(-1, -1, out.logits.shape[-1]))
-    logp_all = torch.log_softmax(logits / temperature, dim=-1)
     tgt = batch["input_ids"].to(dev)
-    logp = logp_all.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) * valid
+    picked = scaled(logits[torch.arange(B, device=dev).unsqueeze(1), src_c, tgt])
+    logp = (picked - torch.cat(lse, 1).gather(1, src_c)) * valid
     if not with_entropy:
         return logp, None
-    ent = -(logp_all.exp() * logp_all).sum(-1) * valid
-    return logp, ent
+    return logp, torch.cat(ent, 1).gather(1, src_c) * valid

@@ -35,6 +35,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -47,7 +48,6 @@ import torch
 
 from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
-from .chat import PAD
 from .evaluate import balanced_task_ids, baseline_rewards, summarize
 from .policy import build_policy, num_parameters
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
@@ -61,12 +61,18 @@ from .warmstart import warm_start
 @dataclass
 class TrainConfig:
     profile: str = "cpu"
-    policy: str = "tiny"
+    policy: str = "tiny"               # a preset, a shipped checkpoint or a local HF directory
     policy_overrides: dict = field(default_factory=dict)
     attn_implementation: str = "sinkflex"
+    chat_format: str = "auto"          # build_policy's format: auto (Harmony for gpt-oss), compact, harmony
+    reasoning_effort: str = "low"      # Harmony's system message
+    lora: int | None = None            # LoRA rank (peft), None: full fine-tuning
+    dtype: str = "float32"
+    user: str = "scripted"             # user simulator: scripted, or llm (an OpenAI-compatible endpoint)
     source: str = "mini"               # training tasks (a source of :mod:`sinkflex_lib.envs.data`)
     train_split: str = "train"
     val_source: str = "eval-world:0"   # held-out world: no id of it occurs in any training source
+    val_split: str | None = None       # a split of val_source (e.g. tau2's "test"): all its tasks
     # warm start (behaviour cloning on oracle episodes; 0 episodes: none, e.g. from a base policy)
     bc_episodes: int = 232
     bc_epochs: int = 4
@@ -108,13 +114,14 @@ class TrainConfig:
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}")
-        return cls(**{**PROFILES[profile], "profile": profile, **overrides})
+        paper = paper_setup(os.environ.get("SINKFLEX_POLICY")) if profile == "gpu" else {}
+        return cls(**{**PROFILES[profile], **paper, "profile": profile, **overrides})
 
     def rollout_config(self, temperature: float | None = None) -> RolloutConfig:
         return RolloutConfig(max_turns=self.max_turns, max_tokens=self.max_tokens,
                              max_new_tokens=self.max_new_tokens,
                              temperature=self.temperature if temperature is None else temperature,
-                             source=self.source)
+                             source=self.source, user=self.user)
 
 
 # The profile picks sizes, never what is computed.
@@ -135,6 +142,23 @@ PROFILES = {
                 group_size=8, minibatch_size=32, max_turns=16, max_tokens=4096, max_new_tokens=96,
                 val_tasks=335, val_every=10, ckpt_every=20, traj_window=256),
 }
+
+
+def paper_setup(policy_dir: str | None) -> dict:
+    """The paper's experiment, for the gpu profile given a local gpt-oss directory
+    (``SINKFLEX_POLICY``): that model in its own Harmony format with LoRA in bf16 on the sinkflex
+    attention (flex on CUDA), the real tau2 retail tasks (``TAU2_DATA_DIR``: tau2's train split,
+    validated on every task of its test split), no warm start. The paper gives no optimiser
+    settings; these are ours (LoRA rank 32, lr 1e-5, 8 groups of 8, gpt-oss-length turns).
+    None or "": {} (the gpu profile trains the tiny policy)."""
+    if not policy_dir:
+        return {}
+    if not Path(policy_dir).is_dir():
+        raise FileNotFoundError(f"SINKFLEX_POLICY={policy_dir!r} is not a directory (a local gpt-oss checkpoint)")
+    return dict(policy=str(policy_dir), chat_format="harmony", lora=32, dtype="bfloat16", bc_episodes=0,
+                source="tau2", train_split="train", val_source="tau2", val_split="test", steps=100,
+                groups_per_step=8, group_size=8, minibatch_size=8, lr=1e-5, max_turns=30,
+                max_tokens=32768, max_new_tokens=2048, val_every=10, ckpt_every=10, traj_window=256)
 
 
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -176,8 +200,11 @@ def _rollout_metrics(rollouts, group_size: int) -> dict:
 
 
 def validation_tasks(cfg: TrainConfig) -> list[str]:
-    """`val_tasks` tasks of the held-out `val_source`, round-robin over the task kinds (the same
-    for every run seed)."""
+    """Every task of `val_split` of `val_source` when set (tau2's test split); else `val_tasks`
+    tasks of the held-out `val_source`, round-robin over the task kinds (the same for every
+    run seed)."""
+    if cfg.val_split:
+        return RetailEnv(cfg.val_source).task_ids(cfg.val_split)
     return balanced_task_ids(cfg.val_source, cfg.val_tasks)
 
 
@@ -224,7 +251,7 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
     """`ppo_epochs` passes of minibatch updates on one batch of rollouts; averaged metrics."""
     if not rollouts:  # dynamic sampling found no group with reward spread
         return _update_metrics({}, 0, 0, cfg, 0.0)
-    pad_id = policy.token_id(PAD)
+    pad_id = policy.pad_id
     if scores_without_pads(policy.model):  # same log-probs, fewer positions to score
         rollouts = [without_pads(r) for r in rollouts]
     batch = collate(rollouts, pad_id)
@@ -306,8 +333,12 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
     np.random.seed(seed)
     torch.manual_seed(seed)
     if policy is None:
-        policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, seed=seed,
-                              device=device, **cfg.policy_overrides)
+        policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, seed=seed, device=device,
+                              dtype=getattr(torch, cfg.dtype), lora=cfg.lora, format=cfg.chat_format,
+                              reasoning_effort=cfg.reasoning_effort, **cfg.policy_overrides)
+    if cfg.bc_episodes > 0 and policy.chat.name != "compact":
+        raise ValueError(f"the warm start clones compact-format demonstrations; set bc_episodes=0 for "
+                         f"a {policy.chat.name} policy")
     env = RetailEnv(cfg.source)
     train_ids = env.task_ids(cfg.train_split)
     val_ids = validation_tasks(cfg)
@@ -410,8 +441,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int_arg(1), default=None, help="override the profile's GRPO steps")
     ap.add_argument("--attn", default=None, help="attention implementation (default: sinkflex)")
     ap.add_argument("--device", default=None)
+    ap.add_argument("--policy", default=None, help="a preset, shipped checkpoint or local HF directory "
+                    "(a gpt-oss directory runs in Harmony); default: the profile's")
     args = ap.parse_args(argv)
-    over = {}
+    over = {} if args.policy is None else {"policy": args.policy}
+    if args.policy and args.profile == "gpu" and Path(args.policy).is_dir():
+        over = paper_setup(args.policy)      # a local model on the gpu profile: the paper's setup
     if args.steps is not None:
         over["steps"] = args.steps
     if args.attn:

@@ -18,7 +18,7 @@ import torch
 
 from ..envs import RetailEnv
 from ..envs.actions import argument_value_spans
-from .chat import END, PAD, TOOL, oracle_transcript
+from .chat import END, TOOL, oracle_transcript
 from .rollout import Rollout, collate, token_logprobs
 
 
@@ -81,7 +81,7 @@ def warm_start(policy, task_ids: list[str], epochs: int = 1, batch_size: int = 8
     """
     env = RetailEnv(source, max_steps=60)
     demos = [demonstration(policy, env, tid, max_tokens=max_tokens) for tid in task_ids]
-    pad_id = policy.token_id(PAD)
+    pad_id = policy.pad_id
     opt = torch.optim.AdamW(policy.model.parameters(), lr=lr, weight_decay=0.0)
     rng = np.random.default_rng(seed)
     n_steps = epochs * ((len(demos) + batch_size - 1) // batch_size)

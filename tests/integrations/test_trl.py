@@ -16,7 +16,8 @@ from sinkflex_lib.integrations.trl import make_trainer, task_seed
 from sinkflex_lib.integrations.trl.rollout import sampling_seed
 from sinkflex_lib.rl.chat import PAD
 from sinkflex_lib.rl.policy import build_policy
-from sinkflex_lib.rl.rollout import collate, initial_prompt, rollout_batch, token_logprobs
+from sinkflex_lib.rl.formats import compact_prompt
+from sinkflex_lib.rl.rollout import collate, rollout_batch, token_logprobs
 from sinkflex_lib.rl.train import TrainConfig
 
 SEED = 0
@@ -95,7 +96,7 @@ def test_rollout_func_returns_our_workers_episodes(setup, decode):
         # the prompt is exactly the episode's initial prompt (system, greeting, first user turn)
         env = RetailEnv(cfg.source, max_steps=cfg.max_turns)
         obs, info = env.reset(seed=out["task_seed"][i], options={"task_id": PROMPTS[i]})
-        assert out["prompt_ids"][i] == tok(initial_prompt(env, obs, info), add_special_tokens=False)["input_ids"]
+        assert out["prompt_ids"][i] == tok(compact_prompt(env, obs, info), add_special_tokens=False)["input_ids"]
         # observations arrive between turns: masked, never sampled
         text = tok.decode(out["completion_ids"][i])
         assert "<|user|>" in text or "<|tool|>" in text or "<|error|>" in text

@@ -122,3 +122,30 @@ def test_temperature_zero_is_greedy(micro_policy_factory):
     best = out.logits[rows, src[rows, cols]].argmax(-1)
     assert int(m.sum()) > 4
     assert torch.equal(best, batch["input_ids"][rows, cols])
+
+
+def test_token_logprobs_equal_a_plain_log_softmax_in_value_and_gradient(micro_policy):
+    """Chunked normalisers and gathered target logits against the full log-softmax, written out."""
+    from sinkflex_lib.rl.rollout import previous_real_index
+
+    cfg = RolloutConfig(max_turns=2, max_tokens=600, max_new_tokens=8)
+    batch = collate(rollout_batch(micro_policy, [("cancel_000", 0), ("info_000", 1)], cfg,
+                                  torch.Generator().manual_seed(0)), micro_policy.pad_id)
+    model = micro_policy.model.train()
+    for temperature in (1.0, 0.7):
+        logp, ent = token_logprobs(model, batch, temperature, with_entropy=True, chunk=7)
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    position_ids=batch["position_ids"], use_cache=False).logits / temperature
+        src = previous_real_index(batch["attention_mask"])
+        ref_lp, ref_ent = torch.zeros_like(logp), torch.zeros_like(logp)
+        for b in range(src.shape[0]):
+            for t in range(src.shape[1]):
+                if src[b, t] >= 0:
+                    dist = torch.log_softmax(out[b, src[b, t]], -1)
+                    ref_lp[b, t] = dist[batch["input_ids"][b, t]]
+                    ref_ent[b, t] = -(dist.exp() * dist).sum()
+        assert torch.allclose(logp, ref_lp, atol=1e-5) and torch.allclose(ent, ref_ent, atol=1e-5)
+        m = batch["mask"]
+        g = torch.autograd.grad((logp * m).sum(), model.lm_head.weight)[0]
+        g_ref = torch.autograd.grad((ref_lp * m).sum(), model.lm_head.weight)[0]
+        assert torch.allclose(g, g_ref, atol=1e-5)

@@ -82,6 +82,37 @@ def test_cli_rejects_unknown_profile():
         TrainConfig.from_profile("huge")
 
 
+def test_gpu_profile_runs_the_papers_setup_only_given_a_local_model(tmp_path, monkeypatch):
+    monkeypatch.delenv("SINKFLEX_POLICY", raising=False)
+    tiny = TrainConfig.from_profile("gpu")
+    assert tiny.policy == "base-tiny" and tiny.chat_format == "auto" and tiny.lora is None
+    monkeypatch.setenv("SINKFLEX_POLICY", str(tmp_path))
+    paper = TrainConfig.from_profile("gpu")
+    assert (paper.policy, paper.chat_format, paper.lora, paper.dtype) == (str(tmp_path), "harmony", 32, "bfloat16")
+    assert (paper.source, paper.train_split, paper.val_source, paper.val_split, paper.bc_episodes) == (
+        "tau2", "train", "tau2", "test", 0)
+    assert TrainConfig.from_profile("cpu").policy == "base-tiny"      # other profiles ignore it
+    monkeypatch.setenv("SINKFLEX_POLICY", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="SINKFLEX_POLICY"):
+        TrainConfig.from_profile("gpu")
+
+
+def test_validation_on_a_split_takes_every_task_of_it():
+    cfg = TrainConfig.from_profile("smoke", val_source="mini", val_split="test")
+    from sinkflex_lib.envs import RetailEnv
+
+    assert train_mod.validation_tasks(cfg) == RetailEnv("mini").task_ids("test")
+
+
+def test_warm_start_refuses_a_harmony_policy(tmp_path):
+    from sinkflex_lib.rl.policy import build_policy
+
+    pytest.importorskip("openai_harmony")
+    policy = build_policy("micro", format="harmony")
+    with pytest.raises(ValueError, match="bc_episodes=0"):
+        train(TrainConfig.from_profile("smoke"), tmp_path, policy=policy)
+
+
 
 def test_informative_groups_keeps_the_first_groups_with_reward_spread():
     from sinkflex_lib.rl.rollout import Rollout

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from ...rl.chat import PAD
 from ...rl.rollout import RolloutConfig, collate, token_logprobs, without_pads
 from ...rl.runstate import read_metrics
 from ...rl.train import TrainConfig, train
@@ -93,7 +92,7 @@ def rescoring_gap(policy, specs: list[tuple[str, int]], cfg: RolloutConfig, seed
     sequence equals TRL's forward, see tests/integrations). Returns {mode: {"max", "mean",
     "pads"}}: |delta log-prob| over the sampled tokens, and the decode pads dropped.
     """
-    pad_id = policy.token_id(PAD)
+    pad_id = policy.pad_id
     out = {}
     for decode in DECODE_MODES:
         rollouts = play(policy, specs, cfg, torch.Generator().manual_seed(seed), decode)
