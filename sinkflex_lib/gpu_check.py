@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .plotting import REPO_ROOT
+from .paths import REPO_ROOT
 
 
 def run_cuda_tests() -> tuple[str, str]:

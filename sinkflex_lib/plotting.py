@@ -13,8 +13,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-FIGURES_DIR = REPO_ROOT / "figures"
+from .paths import FIGURES_DIR
+
 
 STYLE = {
     "figure.dpi": 100,

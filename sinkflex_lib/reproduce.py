@@ -25,7 +25,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from .paths import REPO_ROOT
+
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 RUNS_DIR = REPO_ROOT / "papermill_runs"
 PROFILES = ("smoke", "cpu", "gpu")

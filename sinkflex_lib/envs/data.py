@@ -21,10 +21,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..paths import MINI_DIR
 from .db import BaseDB
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MINI_DIR = REPO_ROOT / "data" / "retail_mini"
 RETAIL_SUBDIR = Path("tau2") / "domains" / "retail"
 REQUIRED_FILES = ("db.json", "tasks.json", "policy.md", "split_tasks.json")
 ENV_VAR = "TAU2_DATA_DIR"

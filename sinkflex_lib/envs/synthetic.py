@@ -504,7 +504,7 @@ def write(out: str | Path, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .data import MINI_DIR
+    from ..paths import MINI_DIR
     parser = argparse.ArgumentParser(description="Generate the synthetic retail set.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(MINI_DIR))

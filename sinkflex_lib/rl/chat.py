@@ -37,10 +37,9 @@ import re
 from pathlib import Path
 
 from ..envs.actions import ToolCall, format_call, parse_action
+from ..paths import TOKENIZER_DIR
 from .tool_template import TOOL_CHAT_TEMPLATE, response_template
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TOKENIZER_DIR = REPO_ROOT / "data" / "tokenizer"
 VOCAB_SIZE = 2048
 
 PAD, SYSTEM, USER, ASSISTANT, TOOL, ERROR, END = (

@@ -15,7 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .chat import TOKENIZER_DIR
+from ..paths import TOKENIZER_DIR
 from .policy import POLICY_PRESETS
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")

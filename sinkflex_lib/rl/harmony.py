@@ -67,24 +67,37 @@ def _o200k_bytes(model_dir: str | os.PathLike | None) -> bytes:
     return data
 
 
+def _vocabulary_folder(model_dir) -> Path:
+    """A folder holding the checked o200k_base file: CACHE_DIR, or a temporary folder when
+    CACHE_DIR cannot be written."""
+    import tempfile
+
+    for folder in (CACHE_DIR, Path(tempfile.gettempdir()) / f"sinkflex-{os.getuid()}"):
+        path = folder / O200K_FILE
+        try:
+            if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != O200K_SHA256:
+                folder.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                tmp.write_bytes(_o200k_bytes(model_dir))
+                tmp.replace(path)
+            return folder
+        except PermissionError:
+            continue
+    raise PermissionError(f"cannot write {O200K_FILE} to {CACHE_DIR} or the temporary folder; set SINKFLEX_CACHE_DIR")
+
+
 _ENCODING = None
 
 
 def harmony_encoding(model_dir: str | os.PathLike | None = None):
     """openai-harmony's gpt-oss encoding, loaded with no network: the checked o200k_base file
     is written once to `CACHE_DIR` (``$SINKFLEX_CACHE_DIR``, default ~/.cache/sinkflex) and
-    TIKTOKEN_ENCODINGS_BASE points there."""
+    TIKTOKEN_ENCODINGS_BASE points there. Loaded once per process."""
     global _ENCODING
     if _ENCODING is None:
         import openai_harmony as oh
 
-        path = CACHE_DIR / O200K_FILE
-        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != O200K_SHA256:
-            CACHE_DIR.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_bytes(_o200k_bytes(model_dir))
-            tmp.replace(path)
-        os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(CACHE_DIR)
+        os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(_vocabulary_folder(model_dir))
         _ENCODING = oh.load_harmony_encoding(oh.HarmonyEncodingName.HARMONY_GPT_OSS)
     return _ENCODING
 

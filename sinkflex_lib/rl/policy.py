@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from ..models import build_gpt_oss, ensure_registered, gpt_oss_config
-from .chat import REPO_ROOT, SPECIAL_TOKENS, build_tokenizer
+from ..paths import CHECKPOINTS_DIR
+from .chat import SPECIAL_TOKENS, build_tokenizer
 from .formats import ChatFormat, CompactFormat
 
-CHECKPOINTS_DIR = REPO_ROOT / "data" / "checkpoints"
 SHIPPED_POLICIES = ("base-tiny", "grpo-tiny")
 
 # Model shapes for the project tokenizer (vocab set from the tokenizer).

@@ -5,7 +5,8 @@ import shutil
 import pytest
 
 from sinkflex_lib.envs import RetailEnv, load_source
-from sinkflex_lib.envs.data import MINI_DIR, REQUIRED_FILES, RETAIL_SUBDIR
+from sinkflex_lib.envs.data import REQUIRED_FILES, RETAIL_SUBDIR
+from sinkflex_lib.paths import MINI_DIR
 
 from .conftest import TAU2_DATA, needs_tau2_data
 

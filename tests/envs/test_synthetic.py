@@ -3,7 +3,8 @@
 import json
 from collections import Counter
 
-from sinkflex_lib.envs.data import MINI_DIR, RETAIL_SUBDIR
+from sinkflex_lib.envs.data import RETAIL_SUBDIR
+from sinkflex_lib.paths import MINI_DIR
 from sinkflex_lib.envs.synthetic import COUNTS, generate, main
 
 

@@ -5,8 +5,9 @@ import json
 import torch
 
 from sinkflex_lib.rl import checkpoints as ck
-from sinkflex_lib.rl.chat import TOKENIZER_DIR, train_tokenizer
-from sinkflex_lib.rl.policy import CHECKPOINTS_DIR, build_policy
+from sinkflex_lib.paths import CHECKPOINTS_DIR, TOKENIZER_DIR
+from sinkflex_lib.rl.chat import train_tokenizer
+from sinkflex_lib.rl.policy import build_policy
 
 
 def _export(policy, tmp_path):
