@@ -9,6 +9,8 @@ and the reply is observed as ``user: ...``. The episode terminates when the agen
 contains ``###STOP###``, the user ends (``###STOP###`` in the reply), or ``max_errors`` tool
 errors occurred; it is truncated after ``max_steps`` steps. The reward (see :mod:`.reward`)
 arrives on the final step, with its breakdown in ``info["reward_info"]``; other steps give 0.
+Each step's ``info`` also says how the action was read (``info["action"]``: a ToolCall, Message or
+ParseError) and whether it was a failed tool call (``info["tool_error"]``).
 """
 
 from __future__ import annotations
@@ -137,7 +139,9 @@ class RetailEnv(gym.Env):
         info = self._info()
         if self._done:
             return "error: the episode is over; call reset()", 0.0, True, False, info
-        new, error, termination = self._act(parse_action(action))
+        parsed = parse_action(action)
+        new, error, termination = self._act(parsed)
+        info["action"], info["tool_error"] = parsed, bool(error)   # how the action was read; a failed call
         self.steps += 1
         self.errors += error
         self.messages += new

@@ -84,129 +84,142 @@ class Rollout:
         self.old_logp.append(logp)
 
 
+@dataclass
+class _Row:
+    """One episode in flight: its layout so far, its environment, the tokens waiting to be fed
+    (token, mask, log-prob), the next position id and the current turn's sampled tokens."""
+    out: Rollout
+    env: RetailEnv
+    pending: list = field(default_factory=list)
+    next_pos: int = 0
+    turn: list = field(default_factory=list)
+
+    def feed_pending(self, width: int, pad_id: int) -> list[tuple[int, int, int]]:
+        """Append the pending tokens, left-padded to `width`, to the layout; (id, attn, pos) each."""
+        p0, fed = self.next_pos, []
+        for _ in range(width - len(self.pending)):
+            self.out.append(pad_id, 0, p0)
+            fed.append((pad_id, 0, p0))
+        for j, (t, m, lp) in enumerate(self.pending):
+            self.out.append(t, 1, p0 + j, m, lp)
+            fed.append((t, 1, p0 + j))
+        self.next_pos, self.pending = p0 + len(self.pending), []
+        return fed
+
+
+def _start_rows(specs, fmt, cfg: RolloutConfig) -> list[_Row]:
+    rows = []
+    for tid, seed in specs:
+        r = _Row(Rollout(str(tid), int(seed)), RetailEnv(cfg.source, max_steps=cfg.max_turns, user=cfg.user))
+        obs, info = r.env.reset(seed=r.out.seed, options={"task_id": r.out.task_id})
+        r.pending = [(t, 0, 0.0) for t in fmt.prompt(r.env, obs, info)]
+        rows.append(r)
+    return rows
+
+
+def _feed_batch(rows: list[_Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, position_ids), each (B, L): every row's pending tokens, left-padded."""
+    width = max(1, max(len(r.pending) for r in rows))
+    fed = torch.tensor([r.feed_pending(width, pad_id) for r in rows], dtype=torch.long).reshape(len(rows), width, 3)
+    return fed[..., 0], fed[..., 1], fed[..., 2]
+
+
+def _sample(logits: torch.Tensor, cfg: RolloutConfig, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sampled token per row, log-prob of every token per row). Sampled on the CPU so a CPU
+    generator drives it on every device (reproducible); temperature 0 is greedy decoding (its
+    log-probs then under the temperature-1 softmax)."""
+    logp_all = torch.log_softmax(logits.float() / (cfg.temperature or 1.0), dim=-1).cpu()
+    if cfg.temperature > 0:
+        return torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1), logp_all
+    return logp_all.argmax(-1), logp_all
+
+
+def _step_env(r: _Row, fmt, cfg: RolloutConfig) -> bool:
+    """Parse the finished turn, step the environment, queue the observation; True when the
+    episode is over (ended by the environment, or out of its token budget)."""
+    text, parsed = fmt.parse(r.turn)
+    r.turn = []
+    ep = r.out
+    ep.actions.append(text)
+    obs, reward, term, trunc, info = r.env.step(parsed)
+    ep.tool_calls += isinstance(parsed, ToolCall)
+    ep.tool_errors += info["tool_error"]
+    ep.parse_errors += isinstance(parsed, ParseError)
+    if term or trunc:
+        ep.reward, ep.terminated, ep.truncated = float(reward), term, trunc
+        ep.reward_info = info.get("reward_info", {})
+        ep.end_reason = ep.reward_info.get("termination", "max_turns" if trunc else "terminated")
+        return True
+    nxt = fmt.observation(obs, parsed)
+    if ep.n_tokens + len(r.pending) + len(nxt) + cfg.max_new_tokens + 1 > cfg.max_tokens:
+        ep.reward, ep.truncated, ep.end_reason = 0.0, True, "max_tokens"
+        return True
+    r.pending.extend((t, 0, 0.0) for t in nxt)
+    return False
+
+
+def _keep_cache_rows(cache, attn_hist: torch.Tensor, keep: list[int]) -> torch.Tensor:
+    """Drop finished rows from the KV cache (in place) and from the attention history."""
+    idx = torch.tensor(keep, device=attn_hist.device)
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            layer.keys = layer.keys.index_select(0, idx)
+            layer.values = layer.values.index_select(0, idx)
+    return attn_hist.index_select(0, idx)
+
+
 @torch.no_grad()
 def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | None = None,
                   generator: torch.Generator | None = None, stats: dict | None = None) -> list[Rollout]:
     """Play one episode per (task_id, seed) in `specs`, all in one batched decode loop, in the
-    policy's chat format (`policy.chat`, :mod:`.formats`)."""
+    policy's chat format (`policy.chat`, :mod:`.formats`). A loop iteration: one forward over
+    every live row's pending tokens; sample the next token of every row still in its turn;
+    once every live row has ended its turn, step their environments; drop finished rows."""
     from transformers import DynamicCache
 
     cfg = cfg or RolloutConfig()
-    model, fmt = policy.model, policy.chat
-    device = policy.device
-    pad_id = fmt.pad_id
+    model, fmt, device = policy.model, policy.chat, policy.device
     was_training = model.training
     model.eval()
-    t0 = time.perf_counter()
-    n_forward_tokens = 0
-
-    rows = [Rollout(str(tid), int(seed)) for tid, seed in specs]
-    envs, pending, next_pos, turn_tokens = [], [], [], []
-    for r in rows:
-        env = RetailEnv(cfg.source, max_steps=cfg.max_turns, user=cfg.user)
-        obs, info = env.reset(seed=r.seed, options={"task_id": r.task_id})
-        envs.append(env)
-        pending.append([(t, 0, 0.0) for t in fmt.prompt(env, obs, info)])
-        next_pos.append(0)
-        turn_tokens.append([])
-    live = list(range(len(rows)))          # row indices in cache order
-    generating = set(live)
+    t0, n_forward_tokens = time.perf_counter(), 0
+    all_rows = _start_rows(specs, fmt, cfg)
+    live, generating = list(all_rows), set(range(len(all_rows)))   # rows in cache order; in a turn
     cache = DynamicCache()
     attn_hist = torch.zeros(len(live), 0, dtype=torch.long, device=device)
-
     while live:
-        # 1) one forward: each live row's pending tokens, left-padded
-        L = max(1, max(len(pending[i]) for i in live))
-        ids = torch.full((len(live), L), pad_id, dtype=torch.long)
-        am = torch.zeros((len(live), L), dtype=torch.long)
-        pos = torch.zeros((len(live), L), dtype=torch.long)
-        for b, i in enumerate(live):
-            pend, pad = pending[i], L - len(pending[i])
-            p0 = next_pos[i]
-            for j in range(pad):
-                rows[i].append(pad_id, 0, p0)
-                pos[b, j] = p0
-            for j, (t, m, lp) in enumerate(pend):
-                rows[i].append(t, 1, p0 + j, m, lp)
-                ids[b, pad + j], am[b, pad + j], pos[b, pad + j] = t, 1, p0 + j
-            next_pos[i] = p0 + len(pend)
-            pending[i] = []
+        ids, am, pos = _feed_batch(live, fmt.pad_id)
         attn_hist = torch.cat([attn_hist, am.to(device)], dim=1)
         out = model(input_ids=ids.to(device), attention_mask=attn_hist, position_ids=pos.to(device),
                     cache=cache, use_cache=True, logits_to_keep=1)   # only the last position samples
         n_forward_tokens += int(am.sum())
-        logits = out.logits[:, -1].float()
-        # 2) sample the next token of every generating row
-        if generating:
-            # sampled on the CPU so a CPU generator drives it on every device (reproducible);
-            # temperature 0 is greedy decoding (log-probs then under the temperature-1 softmax)
-            logp_all = torch.log_softmax(logits / (cfg.temperature or 1.0), dim=-1).cpu()
-            if cfg.temperature > 0:
-                sampled = torch.multinomial(logp_all.exp(), 1, generator=generator).squeeze(1)
-            else:
-                sampled = logp_all.argmax(-1)
-        finished_turn = []
-        for b, i in enumerate(live):
-            if i not in generating:
-                continue
-            t = int(sampled[b])
-            pending[i].append((t, 1, float(logp_all[b, t])))
-            turn_tokens[i].append(t)
-            if t in fmt.stop_ids:
-                finished_turn.append(i)
-            elif len(turn_tokens[i]) >= cfg.max_new_tokens:
-                pending[i].extend((c, 0, 0.0) for c in fmt.close_ids)   # forced close, not sampled
-                finished_turn.append(i)
-        generating.difference_update(finished_turn)
+        sampled, logp_all = _sample(out.logits[:, -1], cfg, generator)
+        for b in sorted(generating):
+            r, t = live[b], int(sampled[b])
+            r.pending.append((t, 1, float(logp_all[b, t])))
+            r.turn.append(t)
+            if t in fmt.stop_ids or len(r.turn) >= cfg.max_new_tokens:
+                if t not in fmt.stop_ids:   # forced close, not sampled
+                    r.pending.extend((c, 0, 0.0) for c in fmt.close_ids)
+                generating.discard(b)
         if generating:
             continue
-        # 3) every live row has finished its turn: step the environments
-        done = []
-        for i in live:
-            r, env = rows[i], envs[i]
-            text, parsed = fmt.parse(turn_tokens[i])
-            turn_tokens[i] = []
-            r.actions.append(text)
-            obs, reward, term, trunc, info = env.step(parsed)
-            if isinstance(parsed, ToolCall):
-                r.tool_calls += 1
-                r.tool_errors += obs.startswith("tool: Error")
-            elif isinstance(parsed, ParseError):
-                r.parse_errors += 1
-            if term or trunc:
-                r.reward, r.terminated, r.truncated = float(reward), term, trunc
-                r.reward_info = info.get("reward_info", {})
-                r.end_reason = r.reward_info.get("termination", "max_turns" if trunc else "terminated")
-                done.append(i)
-                continue
-            nxt = fmt.observation(obs, parsed)
-            used = sum(r.attn) + len(pending[i])
-            if used + len(nxt) + cfg.max_new_tokens + 1 > cfg.max_tokens:
-                r.reward, r.truncated, r.end_reason = 0.0, True, "max_tokens"
-                done.append(i)
-                continue
-            pending[i].extend((t, 0, 0.0) for t in nxt)
-        for i in done:  # unfed sampled tokens (the last <|end|>) still belong to the layout
-            for j, (t, m, lp) in enumerate(pending[i]):
-                rows[i].append(t, 1, next_pos[i] + j, m, lp)
-            pending[i] = []
-        if done:
-            keep = [b for b, i in enumerate(live) if i not in done]
-            live = [live[b] for b in keep]
-            if live:
-                idx = torch.tensor(keep, device=device)
-                for layer in cache.layers:
-                    if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                        layer.keys = layer.keys.index_select(0, idx)
-                        layer.values = layer.values.index_select(0, idx)
-                attn_hist = attn_hist.index_select(0, idx)
-        generating = set(live)
+        done = [b for b, r in enumerate(live) if _step_env(r, fmt, cfg)]
+        for b in done:   # unfed sampled tokens (the last stop token) still belong to the layout
+            r = live[b]
+            for j, (t, m, lp) in enumerate(r.pending):
+                r.out.append(t, 1, r.next_pos + j, m, lp)
+            r.pending = []
+        keep = [b for b in range(len(live)) if b not in done]
+        if done and keep:
+            attn_hist = _keep_cache_rows(cache, attn_hist, keep)
+        live = [live[b] for b in keep]
+        generating = set(range(len(live)))
     if was_training:
         model.train()
     if stats is not None:
         stats["rollout_s"] = time.perf_counter() - t0
         stats["rollout_forward_tokens"] = n_forward_tokens
-    return rows
+    return [r.out for r in all_rows]
 
 
 def without_pads(r: Rollout) -> Rollout:
