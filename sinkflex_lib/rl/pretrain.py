@@ -50,7 +50,7 @@ from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
 from .policy import build_policy, num_parameters
-from .train import SEED, int_arg
+from .config import SEED, int_arg
 from .warmstart import demonstration
 from .rollout import Rollout, RolloutConfig, collate, token_logprobs
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_checkpoint_state, read_metrics, resume_state,

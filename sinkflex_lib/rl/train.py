@@ -2,7 +2,8 @@
 
     python -m sinkflex_lib.rl.train --profile smoke|cpu|gpu --seed S --out DIR [--resume]
 
-or `train(TrainConfig.from_profile("cpu"), out_dir, seed)`. Per GRPO step: sample
+or `train(TrainConfig.from_profile("cpu"), out_dir, seed)` (a :class:`TrainResult`; the
+config and its profiles live in :mod:`.config`). Per GRPO step (`grpo_step`): sample
 `groups_per_step` training tasks (each with its own task seed), roll out `group_size`
 episodes of each in one batched decode loop, score them (the environment's reward), compute
 group advantages (paper eq. 3), and take `ppo_epochs` passes of minibatch updates of the
@@ -35,7 +36,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -49,116 +49,14 @@ import torch
 from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
 from .evaluate import balanced_task_ids, baseline_rewards, summarize
+from .config import PROFILES, SEED, TrainConfig, int_arg, paper_setup
 from .policy import build_policy, num_parameters
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
                        save_checkpoint)
 from .runstate import resume_state as run_resume_state
-from .rollout import (RolloutConfig, collate, group_specs, rollout_batch, scores_without_pads,
+from .rollout import (collate, group_specs, rollout_batch, scores_without_pads,
                       token_logprobs, without_pads)
 from .warmstart import warm_start
-
-
-@dataclass
-class TrainConfig:
-    profile: str = "cpu"
-    policy: str = "tiny"               # a preset, a shipped checkpoint or a local HF directory
-    policy_overrides: dict = field(default_factory=dict)
-    attn_implementation: str = "sinkflex"
-    chat_format: str = "auto"          # build_policy's format: auto (Harmony for gpt-oss), compact, harmony
-    reasoning_effort: str = "low"      # Harmony's system message
-    lora: int | None = None            # LoRA rank (peft), None: full fine-tuning
-    dtype: str = "float32"
-    user: str = "scripted"             # user simulator: scripted, or llm (an OpenAI-compatible endpoint)
-    source: str = "mini"               # training tasks (a source of :mod:`sinkflex_lib.envs.data`)
-    train_split: str = "train"
-    val_source: str = "eval-world:0"   # held-out world: no id of it occurs in any training source
-    val_split: str | None = None       # a split of val_source (e.g. tau2's "test"): all its tasks
-    # warm start (behaviour cloning on oracle episodes; 0 episodes: none, e.g. from a base policy)
-    bc_episodes: int = 232
-    bc_epochs: int = 4
-    bc_batch_size: int = 8
-    bc_lr: float = 3e-3
-    bc_max_tokens: int = 1024      # demonstrations are cut at the last agent turn that fits
-    # GRPO
-    steps: int = 20
-    groups_per_step: int = 4
-    group_size: int = 8
-    sample_groups: int | None = None   # dynamic sampling: roll out this many groups, train on the
-                                       # first groups_per_step with reward spread (None: off)
-    ppo_epochs: int = 1
-    minibatch_size: int = 16
-    lr: float = 5e-4
-    grad_clip: float = 1.0
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    beta: float = 0.0
-    loss_agg_mode: str = "token-mean"
-    norm_adv_by_std: bool = True
-    # rollouts
-    max_turns: int = 12
-    max_tokens: int = 2048
-    max_new_tokens: int = 48
-    temperature: float = 1.0
-    # validation, logging, checkpoints
-    val_temperature: float = 0.0   # 0: greedy decoding
-    val_tasks: int = 110           # round-robin over the task kinds (evaluate.balanced_task_ids)
-    val_every: int = 5
-    traj_window: int = 64
-    ckpt_every: int = 5
-    threads: int | None = None
-
-    @classmethod
-    def from_profile(cls, profile: str, **overrides) -> "TrainConfig":
-        if profile not in PROFILES:
-            raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
-        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}")
-        paper = paper_setup(os.environ.get("SINKFLEX_POLICY")) if profile == "gpu" else {}
-        return cls(**{**PROFILES[profile], **paper, "profile": profile, **overrides})
-
-    def rollout_config(self, temperature: float | None = None) -> RolloutConfig:
-        return RolloutConfig(max_turns=self.max_turns, max_tokens=self.max_tokens,
-                             max_new_tokens=self.max_new_tokens,
-                             temperature=self.temperature if temperature is None else temperature,
-                             source=self.source, user=self.user)
-
-
-# The profile picks sizes, never what is computed.
-PROFILES = {
-    # pipeline check in well under two minutes
-    "smoke": dict(policy="micro", bc_episodes=4, bc_epochs=1, bc_batch_size=4, bc_max_tokens=512, steps=2,
-                  groups_per_step=2, group_size=2, minibatch_size=4, max_turns=3, max_tokens=512,
-                  max_new_tokens=12, val_tasks=2, val_every=1, ckpt_every=1, traj_window=16),
-    # the 2-core CPU reproduction (under 30 minutes): GRPO from the shipped pretrained base
-    # (data/checkpoints/base-tiny, :mod:`.pretrain`) on a training world, validated greedily on
-    # 55 tasks (5 per kind) of the held-out world; a step of 32 episodes of a base that does not
-    # yet act takes about a minute on 2 cores (every episode runs to max_turns)
-    "cpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=12,
-                groups_per_step=4, group_size=8, minibatch_size=16, lr=3e-4, max_turns=12,
-                max_tokens=1536, max_new_tokens=48, val_tasks=55, val_every=6, ckpt_every=6),
-    # a CUDA box: the same from the shipped base, more groups and steps, all tasks of the held-out world
-    "gpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=200, groups_per_step=16,
-                group_size=8, minibatch_size=32, max_turns=16, max_tokens=4096, max_new_tokens=96,
-                val_tasks=335, val_every=10, ckpt_every=20, traj_window=256),
-}
-
-
-def paper_setup(policy_dir: str | None) -> dict:
-    """The paper's experiment, for the gpu profile given a local gpt-oss directory
-    (``SINKFLEX_POLICY``): that model in its own Harmony format with LoRA in bf16 on the sinkflex
-    attention (flex on CUDA), the real tau2 retail tasks (``TAU2_DATA_DIR``: tau2's train split,
-    validated on every task of its test split), no warm start. The paper gives no optimiser
-    settings; these are ours (LoRA rank 32, lr 1e-5, 8 groups of 8, gpt-oss-length turns).
-    None or "": {} (the gpu profile trains the tiny policy)."""
-    if not policy_dir:
-        return {}
-    if not Path(policy_dir).is_dir():
-        raise FileNotFoundError(f"SINKFLEX_POLICY={policy_dir!r} is not a directory (a local gpt-oss checkpoint)")
-    return dict(policy=str(policy_dir), chat_format="harmony", lora=32, dtype="bfloat16", bc_episodes=0,
-                source="tau2", train_split="train", val_source="tau2", val_split="test", steps=100,
-                groups_per_step=8, group_size=8, minibatch_size=8, lr=1e-5, max_turns=30,
-                max_tokens=32768, max_new_tokens=2048, val_every=10, ckpt_every=10, traj_window=256)
 
 
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -317,15 +215,47 @@ def _warm_start_phase(policy, cfg: TrainConfig, train_ids: list[str], seed: int,
         f"{hist[0]['loss']:.3f} -> {hist[-1]['loss']:.3f} in {time.perf_counter() - t0:.0f}s")
 
 
-def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=print,
-          device: str | None = None, policy=None, stop_after: int | None = None) -> dict:
-    """Warm start then GRPO (see module docstring). Returns a summary dict.
+@dataclass
+class TrainResult:
+    """What `train` returns: the run folder, where it ran, its wall time, the first and last
+    validation mean@1, and the trained policy (live, in memory)."""
+    out_dir: str
+    device: str
+    seconds: float
+    val_start: float
+    val_end: float
+    policy: object = field(repr=False)
 
-    stop_after: end after this GRPO step (a checkpoint is written there), to test resume.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path, ckpt = out_dir / "metrics.jsonl", out_dir / "checkpoint"
+    def summary(self) -> dict:
+        """The result without the policy (what the command line prints)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "policy"}
+
+
+@dataclass
+class _Run:
+    """A training run in progress: what every GRPO step needs."""
+    cfg: TrainConfig
+    out_dir: Path
+    seed: int
+    device: str
+    policy: object
+    opt: torch.optim.Optimizer
+    train_ids: list
+    val_ids: list
+    window: deque
+    t_start: float
+
+    @property
+    def metrics(self) -> Path:
+        return self.out_dir / "metrics.jsonl"
+
+    def checkpoint(self, step: int) -> None:
+        save_checkpoint(self.out_dir / "checkpoint", self.policy, self.opt,
+                        {"step": step, "window": list(self.window), "config": dataclasses.asdict(self.cfg)})
+
+
+def _prepare(cfg: TrainConfig, out_dir: Path, seed: int, device, policy) -> _Run:
+    """Seeds, the policy and optimizer, the task lists: a run at step 0, nothing written yet."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -339,97 +269,109 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
     if cfg.bc_episodes > 0 and policy.chat.name != "compact":
         raise ValueError(f"the warm start clones compact-format demonstrations; set bc_episodes=0 for "
                          f"a {policy.chat.name} policy")
-    env = RetailEnv(cfg.source)
-    train_ids = env.task_ids(cfg.train_split)
-    val_ids = validation_tasks(cfg)
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
-    t_start = time.perf_counter()
+    return _Run(cfg, out_dir, seed, device, policy, opt, RetailEnv(cfg.source).task_ids(cfg.train_split),
+                validation_tasks(cfg), deque(maxlen=cfg.traj_window), time.perf_counter())
 
-    start_step, window = 1, deque(maxlen=cfg.traj_window)
-    if resume:  # all checks first (ResumeError touches nothing), then the one rewrite of the metrics
-        state = load_checkpoint(ckpt, policy, opt, resume_state(out_dir, cfg, seed, log))
-        start_step = state["step"] + 1
-        window = deque(state["window"], maxlen=cfg.traj_window)
-        rewrite_metrics(out_dir, state["step"])
-        log(f"resumed from {ckpt} at step {state['step']}")
+
+def _begin(run: _Run, log) -> None:
+    """Step 0 of a new run: the config row, the warm start, validation beside both baselines."""
+    cfg = run.cfg
+    run.metrics.write_text("")
+    append_metrics(run.metrics, {"kind": "config", "step": 0, "seed": run.seed, "device": run.device,
+                                 "parameters": num_parameters(run.policy.model), **dataclasses.asdict(cfg)})
+    if cfg.bc_episodes > 0:
+        _warm_start_phase(run.policy, cfg, run.train_ids, run.seed, run.metrics, log)
+    if cfg.beta > 0:
+        run.policy.freeze_reference()
+    val = validate(run.policy, cfg, run.val_ids, run.seed)
+    base = {f"val_{a}_reward": float(np.mean(list(baseline_rewards(cfg.val_source, run.val_ids, a,
+                                                                      cfg.max_turns).values())))
+            for a in ("do_nothing", "oracle")}
+    append_metrics(run.metrics, {"kind": "val", "step": 0, "elapsed_s": time.perf_counter() - run.t_start,
+                                 **val, **base})
+    log(f"step 0 validation mean@1 {val['val_reward']:.3f}, write tasks {val['val_write_reward']:.3f} "
+        f"({len(run.val_ids)} held-out tasks of {cfg.val_source}; do-nothing {base['val_do_nothing_reward']:.3f})")
+    run.checkpoint(0)
+
+
+def _resume(run: _Run, log) -> int:
+    """Load the run's checkpoint (all checks first: ResumeError touches nothing); its step."""
+    ckpt = run.out_dir / "checkpoint"
+    state = load_checkpoint(ckpt, run.policy, run.opt, resume_state(run.out_dir, run.cfg, run.seed, log))
+    run.window.extend(state["window"])
+    rewrite_metrics(run.out_dir, state["step"])
+    log(f"resumed from {ckpt} at step {state['step']}")
+    return state["step"]
+
+
+def grpo_step(run: _Run, step: int) -> dict:
+    """One GRPO step: sample tasks, roll out their groups, update; the step's metrics row.
+    All randomness derives from (seed, step)."""
+    cfg, ts = run.cfg, time.perf_counter()
+    if torch.device(run.device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    rng = np.random.default_rng([run.seed, step])
+    n_groups = cfg.sample_groups or cfg.groups_per_step
+    tids = [str(t) for t in rng.choice(run.train_ids, n_groups, replace=False)]
+    tseeds = [int(s) for s in rng.integers(0, 2**31 - 1, n_groups)]
+    gen = torch.Generator().manual_seed(_step_seed(run.seed, step))
+    rstats = {}
+    rollouts = rollout_batch(run.policy, group_specs(tids, cfg.group_size, tseeds), cfg.rollout_config(), gen, rstats)
+    run.window.extend(r.reward for r in rollouts)
+    batch = informative_groups(rollouts, cfg.group_size, cfg.groups_per_step) if cfg.sample_groups else rollouts
+    tu = time.perf_counter()
+    upd = grpo_update(run.policy, run.opt, batch, cfg, rng)
+    upd["update_groups"] = len(batch) // cfg.group_size
+    update_s, step_s = time.perf_counter() - tu, time.perf_counter() - ts
+    row = {"kind": "train", "step": step, **_rollout_metrics(rollouts, cfg.group_size),
+           "trajectory_reward": float(np.mean(run.window)), **upd,
+           "rollout_s": rstats["rollout_s"], "update_s": update_s, "step_s": step_s,
+           "tokens_per_s": (rstats["rollout_forward_tokens"] + upd["update_tokens"]) / step_s,
+           "peak_mem_gb": peak_memory_gb(run.device), "elapsed_s": time.perf_counter() - run.t_start,
+           "tasks": tids}
+    row["training_score"] = row["reward_mean"]
+    return row
+
+
+def _step_line(row: dict, steps: int) -> str:
+    return (f"step {row['step']}/{steps} score {row['reward_mean']:.3f} traj {row['trajectory_reward']:.3f} "
+            f"zero-spread {row['zero_spread_frac']:.2f} kl {row.get('kl', float('nan')):.4f} "
+            f"ent {row.get('entropy', float('nan')):.3f} len {row['response_length']:.0f} "
+            f"{row['tokens_per_s']:.0f} tok/s {row['step_s']:.1f}s")
+
+
+def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=print,
+          device: str | None = None, policy=None, stop_after: int | None = None) -> TrainResult:
+    """Warm start then GRPO (see module docstring).
+
+    stop_after: end after this GRPO step (a checkpoint is written there), to test resume.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run = _prepare(cfg, out_dir, seed, device, policy)
+    if resume:
+        start = _resume(run, log) + 1
     else:
-        metrics_path.write_text("")
-        append_metrics(metrics_path, {"kind": "config", "step": 0, "seed": seed, "device": device,
-                                "parameters": num_parameters(policy.model), **dataclasses.asdict(cfg)})
-        if cfg.bc_episodes > 0:
-            _warm_start_phase(policy, cfg, train_ids, seed, metrics_path, log)
-        if cfg.beta > 0:
-            policy.freeze_reference()
-        val = validate(policy, cfg, val_ids, seed)
-        base = {f"val_{a}_reward": float(np.mean(list(baseline_rewards(cfg.val_source, val_ids, a,
-                                                                          cfg.max_turns).values())))
-                for a in ("do_nothing", "oracle")}
-        append_metrics(metrics_path, {"kind": "val", "step": 0, "elapsed_s": time.perf_counter() - t_start,
-                                      **val, **base})
-        log(f"step 0 validation mean@1 {val['val_reward']:.3f}, write tasks {val['val_write_reward']:.3f} "
-            f"({len(val_ids)} held-out tasks of {cfg.val_source}; do-nothing {base['val_do_nothing_reward']:.3f})")
-        save_checkpoint(ckpt, policy, opt, {"step": 0, "window": list(window), "config": dataclasses.asdict(cfg)})
-
+        _begin(run, log)
+        start = 1
     last_step = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
-    rcfg = cfg.rollout_config()
-    for step in range(start_step, last_step + 1):
-        ts = time.perf_counter()
-        if torch.device(device).type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        rng = np.random.default_rng([seed, step])
-        n_groups = cfg.sample_groups or cfg.groups_per_step
-        tids = [str(t) for t in rng.choice(train_ids, n_groups, replace=False)]
-        tseeds = [int(s) for s in rng.integers(0, 2**31 - 1, n_groups)]
-        gen = torch.Generator().manual_seed(_step_seed(seed, step))
-        rstats = {}
-        rollouts = rollout_batch(policy, group_specs(tids, cfg.group_size, tseeds), rcfg, gen, rstats)
-        window.extend(r.reward for r in rollouts)
-        batch = (informative_groups(rollouts, cfg.group_size, cfg.groups_per_step) if cfg.sample_groups
-                 else rollouts)
-        tu = time.perf_counter()
-        upd = grpo_update(policy, opt, batch, cfg, rng)
-        upd["update_groups"] = len(batch) // cfg.group_size
-        update_s = time.perf_counter() - tu
-        step_s = time.perf_counter() - ts
-        row = {"kind": "train", "step": step, **_rollout_metrics(rollouts, cfg.group_size),
-               "trajectory_reward": float(np.mean(window)), **upd,
-               "rollout_s": rstats["rollout_s"], "update_s": update_s, "step_s": step_s,
-               "tokens_per_s": (rstats["rollout_forward_tokens"] + upd["update_tokens"]) / step_s,
-               "peak_mem_gb": peak_memory_gb(device), "elapsed_s": time.perf_counter() - t_start,
-               "tasks": tids}
-        row["training_score"] = row["reward_mean"]
-        append_metrics(metrics_path, row)
-        msg = (f"step {step}/{cfg.steps} score {row['reward_mean']:.3f} traj {row['trajectory_reward']:.3f} "
-               f"zero-spread {row['zero_spread_frac']:.2f} kl {row.get('kl', float('nan')):.4f} "
-               f"ent {row.get('entropy', float('nan')):.3f} len {row['response_length']:.0f} "
-               f"{row['tokens_per_s']:.0f} tok/s {step_s:.1f}s")
+    for step in range(start, last_step + 1):
+        row = grpo_step(run, step)
+        append_metrics(run.metrics, row)
+        msg = _step_line(row, cfg.steps)
         if step % cfg.val_every == 0 or step == cfg.steps:
-            val = validate(policy, cfg, val_ids, seed)
-            append_metrics(metrics_path, {"kind": "val", "step": step, "elapsed_s": time.perf_counter() - t_start, **val})
+            val = validate(run.policy, cfg, run.val_ids, seed)
+            append_metrics(run.metrics, {"kind": "val", "step": step,
+                                         "elapsed_s": time.perf_counter() - run.t_start, **val})
             msg += f" | val mean@1 {val['val_reward']:.3f}"
         log(msg)
         if step % cfg.ckpt_every == 0 or step == last_step:
-            save_checkpoint(ckpt, policy, opt, {"step": step, "window": list(window),
-                                                "config": dataclasses.asdict(cfg)})
-    rows = read_metrics(out_dir)
-    vals = [r for r in rows if r["kind"] == "val"]
-    return {"out_dir": str(out_dir), "device": device, "seconds": time.perf_counter() - t_start,
-            "val_start": vals[0]["val_reward"] if vals else math.nan,
-            "val_end": vals[-1]["val_reward"] if vals else math.nan, "policy": policy}
-
-
-def int_arg(low: int, high: int | None = None):
-    """An argparse type: an integer in [low, high] (None: no upper bound)."""
-    def parse(text: str) -> int:
-        value = int(text) if text.strip().lstrip("+-").isdigit() else None
-        if value is None or value < low or (high is not None and value > high):
-            bounds = f"[{low}, {'inf' if high is None else high}]"
-            raise argparse.ArgumentTypeError(f"expected an integer in {bounds}, got {text!r}")
-        return value
-    return parse
-
-
-SEED = int_arg(0, 2**32 - 1)  # numpy's seed range
+            run.checkpoint(step)
+    vals = [r for r in read_metrics(out_dir) if r["kind"] == "val"]
+    return TrainResult(str(out_dir), run.device, time.perf_counter() - run.t_start,
+                       vals[0]["val_reward"] if vals else math.nan, vals[-1]["val_reward"] if vals else math.nan,
+                       run.policy)
 
 
 def main(argv=None) -> int:
@@ -460,7 +402,7 @@ def main(argv=None) -> int:
     except ResumeError as e:
         print(f"error: --resume: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({k: v for k, v in res.items() if k != "policy"}))
+    print(json.dumps(res.summary()))
     return 0
 
 

@@ -18,7 +18,7 @@ from sinkflex_lib.rl.chat import PAD
 from sinkflex_lib.rl.policy import build_policy
 from sinkflex_lib.rl.formats import compact_prompt
 from sinkflex_lib.rl.rollout import collate, rollout_batch, token_logprobs
-from sinkflex_lib.rl.train import TrainConfig
+from sinkflex_lib.rl.config import TrainConfig
 
 SEED = 0
 # two tasks with different observations, so a batched decode loop pads rows inside the episode

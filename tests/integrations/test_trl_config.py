@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sinkflex_lib.integrations.trl import batch_geometry, grpo_config
-from sinkflex_lib.rl.train import TrainConfig
+from sinkflex_lib.rl.config import TrainConfig
 
 
 def test_cpu_profile_maps_to_grpo_config(tmp_path):

@@ -16,7 +16,7 @@ from sinkflex_lib.envs.actions import format_call
 from sinkflex_lib.integrations.trl.chat import TOOL_CHAT_TEMPLATE, USER_TOOL, prepare_tokenizer, response_template
 from sinkflex_lib.integrations.trl.environment import RetailToolEnv, make_env_trainer, tool_env_dataset
 from sinkflex_lib.rl.chat import CHAT_TEMPLATE, build_tokenizer, canonical_action
-from sinkflex_lib.rl.train import TrainConfig
+from sinkflex_lib.rl.config import TrainConfig
 
 
 @pytest.fixture(scope="module")

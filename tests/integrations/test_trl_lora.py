@@ -9,7 +9,7 @@ from sinkflex_lib.integrations.trl.trainer import load_warm_start
 from sinkflex_lib.rl.chat import PAD
 from sinkflex_lib.rl.policy import build_policy
 from sinkflex_lib.rl.rollout import collate, rollout_batch
-from sinkflex_lib.rl.train import TrainConfig
+from sinkflex_lib.rl.config import TrainConfig
 
 
 def test_lora_trains_only_the_adapter(tmp_path):

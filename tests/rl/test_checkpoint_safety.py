@@ -13,7 +13,9 @@ import torch
 
 from sinkflex_lib.rl import train as train_mod
 from sinkflex_lib.rl import runstate
-from sinkflex_lib.rl.train import ResumeError, TrainConfig, read_metrics, resume_state, train
+from sinkflex_lib.rl.config import TrainConfig
+from sinkflex_lib.rl.runstate import ResumeError, read_metrics
+from sinkflex_lib.rl.train import resume_state, train
 
 TINY = dict(bc_episodes=2, bc_epochs=1, steps=2, groups_per_step=2, group_size=2, minibatch_size=2,
             max_turns=2, max_tokens=400, max_new_tokens=8, val_tasks=1, val_every=1, ckpt_every=1,
@@ -112,7 +114,7 @@ def to_old_format(ckpt):
 def test_an_old_checkpoint_resumes_safely_and_identically(stopped_run, tmp_path, cfg):
     new, old = (shutil.copytree(stopped_run, tmp_path / name) for name in ("new", "old"))
     to_old_format(old / "checkpoint")
-    a, b = resume(cfg, new)["policy"].model.state_dict(), resume(cfg, old)["policy"].model.state_dict()
+    a, b = resume(cfg, new).policy.model.state_dict(), resume(cfg, old).policy.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert (old / "checkpoint" / "state.json").exists() and not (old / "checkpoint" / "state.pt").exists()
 

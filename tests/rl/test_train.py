@@ -4,7 +4,8 @@ import torch
 
 from sinkflex_lib.rl import train as train_mod
 from sinkflex_lib.rl.runstate import read_metrics
-from sinkflex_lib.rl.train import TrainConfig, train
+from sinkflex_lib.rl.config import TrainConfig
+from sinkflex_lib.rl.train import train
 
 TINY = dict(bc_episodes=2, bc_epochs=1, steps=2, groups_per_step=2, group_size=2, minibatch_size=2,
             ppo_epochs=2, max_turns=2, max_tokens=400, max_new_tokens=8, val_tasks=1, val_every=1,
@@ -47,7 +48,7 @@ def test_smoke_pipeline_logs_the_metrics(tmp_path, fake_rewards):
     assert sum(r["minibatches"] for r in tr) > 0
     assert [r["step"] for r in rows if r["kind"] == "val"] == [0, 1, 2]
     assert (tmp_path / "checkpoint" / "model.safetensors").exists()
-    assert np.isfinite(res["val_end"])
+    assert np.isfinite(res.val_end)
 
 
 TIMING_KEYS = ("tokens_per_s", "rollout_s", "update_s", "step_s", "elapsed_s", "peak_mem_gb", "wall_s")
@@ -72,7 +73,7 @@ def test_resume_continues_identically(tmp_path, fake_rewards):
         for k in x:
             if k not in TIMING_KEYS:
                 assert x[k] == y[k] or (x[k] != x[k] and y[k] != y[k]), (x["step"], k)  # NaN == NaN
-    sa, sb = straight["policy"].model.state_dict(), resumed["policy"].model.state_dict()
+    sa, sb = straight.policy.model.state_dict(), resumed.policy.model.state_dict()
     for k in sa:
         assert torch.equal(sa[k], sb[k]), k
 

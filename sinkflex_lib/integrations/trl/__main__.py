@@ -20,7 +20,7 @@ import types
 import typing
 from pathlib import Path
 
-from ...rl.train import PROFILES, SEED, TrainConfig, int_arg
+from ...rl.config import PROFILES, SEED, TrainConfig, int_arg
 from .rollout import DECODE_MODES
 
 

@@ -21,7 +21,8 @@ import torch
 
 from ...rl.rollout import RolloutConfig, collate, token_logprobs, without_pads
 from ...rl.runstate import read_metrics
-from ...rl.train import TrainConfig, train
+from ...rl.config import TrainConfig
+from ...rl.train import train
 from .config import FIELD_MAP, grpo_config
 from .rollout import DECODE_MODES, play
 from .trainer import train_trl, warm_start_run

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...rl.train import TrainConfig
+from ...rl.config import TrainConfig
 
 # TrainConfig field -> GRPOConfig field, one to one (the table above; values transformed by grpo_config)
 FIELD_MAP = [("loss_agg_mode", "loss_type"), ("beta", "beta"), ("clip_low", "epsilon"),

@@ -32,7 +32,8 @@ from ...envs import RetailEnv
 from ...models import ensure_registered
 from ...rl.policy import Policy, build_policy, lora_config
 from ...rl.runstate import append_metrics, read_metrics
-from ...rl.train import TrainConfig, train, validate, validation_tasks
+from ...rl.config import TrainConfig
+from ...rl.train import train, validate, validation_tasks
 from .chat import prepare_tokenizer
 from .config import grpo_config
 from .rollout import RetailRollout, env_reward, generation_model, updates_per_step

@@ -1,0 +1,130 @@
+"""The GRPO trainer's configuration: `TrainConfig`, its run profiles, the paper's setup, and the
+argument types the command lines share. (The trainer is :mod:`.train`; the integrations read
+this module, not the trainer.)"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .rollout import RolloutConfig
+
+
+@dataclass
+class TrainConfig:
+    profile: str = "cpu"
+    policy: str = "tiny"               # a preset, a shipped checkpoint or a local HF directory
+    policy_overrides: dict = field(default_factory=dict)
+    attn_implementation: str = "sinkflex"
+    chat_format: str = "auto"          # build_policy's format: auto (Harmony for gpt-oss), compact, harmony
+    reasoning_effort: str = "low"      # Harmony's system message
+    lora: int | None = None            # LoRA rank (peft), None: full fine-tuning
+    dtype: str = "float32"
+    user: str = "scripted"             # user simulator: scripted, or llm (an OpenAI-compatible endpoint)
+    source: str = "mini"               # training tasks (a source of :mod:`sinkflex_lib.envs.data`)
+    train_split: str = "train"
+    val_source: str = "eval-world:0"   # held-out world: no id of it occurs in any training source
+    val_split: str | None = None       # a split of val_source (e.g. tau2's "test"): all its tasks
+    # warm start (behaviour cloning on oracle episodes; 0 episodes: none, e.g. from a base policy)
+    bc_episodes: int = 232
+    bc_epochs: int = 4
+    bc_batch_size: int = 8
+    bc_lr: float = 3e-3
+    bc_max_tokens: int = 1024      # demonstrations are cut at the last agent turn that fits
+    # GRPO
+    steps: int = 20
+    groups_per_step: int = 4
+    group_size: int = 8
+    sample_groups: int | None = None   # dynamic sampling: roll out this many groups, train on the
+                                       # first groups_per_step with reward spread (None: off)
+    ppo_epochs: int = 1
+    minibatch_size: int = 16
+    lr: float = 5e-4
+    grad_clip: float = 1.0
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    beta: float = 0.0
+    loss_agg_mode: str = "token-mean"
+    norm_adv_by_std: bool = True
+    # rollouts
+    max_turns: int = 12
+    max_tokens: int = 2048
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    # validation, logging, checkpoints
+    val_temperature: float = 0.0   # 0: greedy decoding
+    val_tasks: int = 110           # round-robin over the task kinds (evaluate.balanced_task_ids)
+    val_every: int = 5
+    traj_window: int = 64
+    ckpt_every: int = 5
+    threads: int | None = None
+
+    @classmethod
+    def from_profile(cls, profile: str, **overrides) -> "TrainConfig":
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}")
+        paper = paper_setup(os.environ.get("SINKFLEX_POLICY")) if profile == "gpu" else {}
+        return cls(**{**PROFILES[profile], **paper, "profile": profile, **overrides})
+
+    def rollout_config(self, temperature: float | None = None) -> RolloutConfig:
+        return RolloutConfig(max_turns=self.max_turns, max_tokens=self.max_tokens,
+                             max_new_tokens=self.max_new_tokens,
+                             temperature=self.temperature if temperature is None else temperature,
+                             source=self.source, user=self.user)
+
+
+# The profile picks sizes, never what is computed.
+PROFILES = {
+    # pipeline check in well under two minutes
+    "smoke": dict(policy="micro", bc_episodes=4, bc_epochs=1, bc_batch_size=4, bc_max_tokens=512, steps=2,
+                  groups_per_step=2, group_size=2, minibatch_size=4, max_turns=3, max_tokens=512,
+                  max_new_tokens=12, val_tasks=2, val_every=1, ckpt_every=1, traj_window=16),
+    # the 2-core CPU reproduction (under 30 minutes): GRPO from the shipped pretrained base
+    # (data/checkpoints/base-tiny, :mod:`.pretrain`) on a training world, validated greedily on
+    # 55 tasks (5 per kind) of the held-out world; a step of 32 episodes of a base that does not
+    # yet act takes about a minute on 2 cores (every episode runs to max_turns)
+    "cpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=12,
+                groups_per_step=4, group_size=8, minibatch_size=16, lr=3e-4, max_turns=12,
+                max_tokens=1536, max_new_tokens=48, val_tasks=55, val_every=6, ckpt_every=6),
+    # a CUDA box: the same from the shipped base, more groups and steps, all tasks of the held-out world
+    "gpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=200, groups_per_step=16,
+                group_size=8, minibatch_size=32, max_turns=16, max_tokens=4096, max_new_tokens=96,
+                val_tasks=335, val_every=10, ckpt_every=20, traj_window=256),
+}
+
+
+def paper_setup(policy_dir: str | None) -> dict:
+    """The paper's experiment, for the gpu profile given a local gpt-oss directory
+    (``SINKFLEX_POLICY``): that model in its own Harmony format with LoRA in bf16 on the sinkflex
+    attention (flex on CUDA), the real tau2 retail tasks (``TAU2_DATA_DIR``: tau2's train split,
+    validated on every task of its test split), no warm start. The paper gives no optimiser
+    settings; these are ours (LoRA rank 32, lr 1e-5, 8 groups of 8, gpt-oss-length turns).
+    None or "": {} (the gpu profile trains the tiny policy)."""
+    if not policy_dir:
+        return {}
+    if not Path(policy_dir).is_dir():
+        raise FileNotFoundError(f"SINKFLEX_POLICY={policy_dir!r} is not a directory (a local gpt-oss checkpoint)")
+    return dict(policy=str(policy_dir), chat_format="harmony", lora=32, dtype="bfloat16", bc_episodes=0,
+                source="tau2", train_split="train", val_source="tau2", val_split="test", steps=100,
+                groups_per_step=8, group_size=8, minibatch_size=8, lr=1e-5, max_turns=30,
+                max_tokens=32768, max_new_tokens=2048, val_every=10, ckpt_every=10, traj_window=256)
+
+
+def int_arg(low: int, high: int | None = None):
+    """An argparse type: an integer in [low, high] (None: no upper bound)."""
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().lstrip("+-").isdigit() else None
+        if value is None or value < low or (high is not None and value > high):
+            bounds = f"[{low}, {'inf' if high is None else high}]"
+            raise argparse.ArgumentTypeError(f"expected an integer in {bounds}, got {text!r}")
+        return value
+    return parse
+
+
+SEED = int_arg(0, 2**32 - 1)  # numpy's seed range
