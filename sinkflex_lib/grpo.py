@@ -204,8 +204,8 @@ def grpo_loss(logp, old_logp, advantages, mask, ref_logp=None, clip_low: float =
         "ratio_mean": torch.where(m, ratio.detach(), zero).sum() / n_tok,
     }
     if ref_logp is not None:
-        ref_minus = torch.where(m, ref_logp.detach().to(dtype) - lp, zero)
-        kl = torch.exp(ref_minus) - ref_minus - 1  # k3; 0 at masked positions
+        # k3, 0 at masked positions (masked before the exp: garbage there cannot overflow)
+        kl = kl_k3(torch.where(m, lp, zero), torch.where(m, ref_logp.detach().to(dtype), zero))
         kl_loss = _agg(kl, m, agg, norm_length)
         if beta > 0:
             loss = loss + beta * kl_loss

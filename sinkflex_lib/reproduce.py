@@ -25,6 +25,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from .machine import cpu_model
 from .paths import REPO_ROOT
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
@@ -71,20 +72,10 @@ def device_description() -> dict:
     import torch
 
     info = {"platform": platform.platform(), "python": platform.python_version(),
-            "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available()}
+            "cpu": cpu_model(), "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def git_commit() -> dict:

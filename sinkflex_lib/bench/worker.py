@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 import time
 
+from ..machine import cpu_model
 from . import procmem
 
 ATTN_IMPLEMENTATIONS = {"eager": "eager", "blocked": "sinkflex-blocked", "flex": "sinkflex-flex"}
@@ -39,16 +39,7 @@ class BudgetExceeded(RuntimeError):
 
 
 def cpu_name() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"CPU: {name}, {os.cpu_count()} cores"
+    return f"CPU: {cpu_model()}, {os.cpu_count()} cores"
 
 
 def run_point(spec: dict) -> dict:

@@ -15,8 +15,8 @@ text and the <|end|> that closes it) has mask 1.
 System prompt. For the tiny CPU policy the system text is a compact digest of the policy and
 the 16 tool signatures (`compact_system_prompt`), not the full 4k-character policy plus JSON
 schemas: a 1M-parameter model with a few thousand tokens of context budget gains nothing from
-reading them and pays for every prompt token in every forward pass. `full_system_prompt`
-(policy + JSON schemas, what tau2 gives an LLM agent) is used for loaded HF models.
+reading them and pays for every prompt token in every forward pass. A gpt-oss reads the full
+policy and the tool schemas in its own format (:mod:`.harmony`).
 
 Tool results. JSON results are shown compactly (no quotes, no spaces after separators):
 `{order_id:#W123,status:pending,...}`. This is the rollout worker's "format observation"
@@ -70,11 +70,6 @@ def _signature(schema: dict) -> str:
 def compact_system_prompt(tools: list[dict]) -> str:
     """The tiny policy's system text: the rules in brief, then one signature per tool."""
     return COMPACT_RULES + " " + "; ".join(_signature(t) for t in tools) + "."
-
-
-def full_system_prompt(policy: str, tools: list[dict]) -> str:
-    """The full policy and JSON tool schemas (for HF models with a long context)."""
-    return policy + "\n\n# Tools\n" + json.dumps(tools)
 
 
 def compact_json(text: str) -> str:

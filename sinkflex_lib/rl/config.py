@@ -50,10 +50,10 @@ class TrainConfig:
     loss_agg_mode: str = "token-mean"
     norm_adv_by_std: bool = True
     # rollouts
-    max_turns: int = 12
-    max_tokens: int = 2048
-    max_new_tokens: int = 48
-    temperature: float = 1.0
+    max_turns: int = RolloutConfig.max_turns       # the rollout budgets' one source: RolloutConfig
+    max_tokens: int = RolloutConfig.max_tokens
+    max_new_tokens: int = RolloutConfig.max_new_tokens
+    temperature: float = RolloutConfig.temperature
     # validation, logging, checkpoints
     val_temperature: float = 0.0   # 0: greedy decoding
     val_tasks: int = 110           # round-robin over the task kinds (evaluate.balanced_task_ids)

@@ -49,6 +49,7 @@ import torch
 from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
 from .evaluate import balanced_task_ids, baseline_rewards, summarize
+from ..machine import peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg, paper_setup
 from .policy import build_policy, num_parameters
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
@@ -61,21 +62,6 @@ from .warmstart import warm_start
 
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
     return (int(seed) * 1_000_003 + int(step) * 7919 + salt) % (2**31 - 1)
-
-
-def peak_memory_gb(device) -> float:
-    """CUDA: max allocated; CPU: this process's peak resident set (VmHWM)."""
-    if torch.device(device).type == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**30
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def _rollout_metrics(rollouts, group_size: int) -> dict:

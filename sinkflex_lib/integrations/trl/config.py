@@ -62,6 +62,15 @@ def batch_geometry(cfg: TrainConfig, num_processes: int = 1) -> dict:
             "steps_per_generation": generation // cfg.minibatch_size}
 
 
+def mapped_fields(cfg: TrainConfig, geometry: dict) -> dict:
+    """The GRPOConfig values of the `FIELD_MAP` fields (the one place they are mapped)."""
+    convert = {"loss_agg_mode": LOSS_TYPES.__getitem__,
+               "norm_adv_by_std": lambda v: "group" if v else "none",
+               "minibatch_size": lambda v: geometry["per_device_train_batch_size"],
+               "steps": lambda v: v * geometry["steps_per_generation"] * cfg.ppo_epochs}
+    return {trl: convert.get(ours, lambda v: v)(getattr(cfg, ours)) for ours, trl in FIELD_MAP}
+
+
 def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int = 1, **overrides):
     """A `trl.GRPOConfig` equivalent to `cfg` (module docstring): float32, no checkpoints, a log
     line every optimizer step; on CPU `use_cpu` (gloo between processes). `overrides` are
@@ -78,16 +87,10 @@ def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int 
                          "equivalent: set sample_groups=None for TRL")
     geometry = batch_geometry(cfg, num_processes)
     kwargs = dict(
-        output_dir=str(output_dir), seed=seed, data_seed=seed,
-        **geometry, gradient_accumulation_steps=1,
-        num_generations=cfg.group_size, num_iterations=cfg.ppo_epochs,
-        max_steps=cfg.steps * geometry["steps_per_generation"] * cfg.ppo_epochs,
-        loss_type=LOSS_TYPES[cfg.loss_agg_mode], beta=cfg.beta,
-        epsilon=cfg.clip_low, epsilon_high=cfg.clip_high,
-        scale_rewards="group" if cfg.norm_adv_by_std else "none",
-        temperature=cfg.temperature, max_completion_length=cfg.max_tokens,
-        learning_rate=cfg.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        adam_beta1=0.9, adam_beta2=0.99, adam_epsilon=1e-8, max_grad_norm=cfg.grad_clip,
+        output_dir=str(output_dir), seed=seed, data_seed=seed, **mapped_fields(cfg, geometry),
+        steps_per_generation=geometry["steps_per_generation"], gradient_accumulation_steps=1,
+        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        adam_beta1=0.9, adam_beta2=0.99, adam_epsilon=1e-8,
         router_aux_loss_coef=0.0, use_bias_correction_kl=False, importance_sampling_level="token",
         mask_truncated_completions=False,
         bf16=False, fp16=False, gradient_checkpointing=False, pad_to_multiple_of=None,

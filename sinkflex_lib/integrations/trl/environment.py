@@ -36,6 +36,7 @@ from ...envs import STOP_TOKEN, TOOL_NAMES, RetailEnv, tool_schemas
 from ...envs.env import GREETING
 from ...envs.tools import TOOL_FUNCTIONS
 from ...rl.chat import compact_json, compact_system_prompt, split_observation
+from ...rl.rollout import RolloutConfig
 from .chat import USER_TOOL
 from .rollout import task_seed as seed_of_task
 
@@ -49,7 +50,7 @@ class RetailToolEnv:
     source, max_turns: as `RetailEnv(source, max_steps=max_turns)`. Public methods are tools.
     """
 
-    def __init__(self, source: str = "mini", max_turns: int = 12):
+    def __init__(self, source: str = "mini", max_turns: int = RolloutConfig.max_turns):
         self._env = RetailEnv(source, max_steps=max_turns)
         self._done, self._reward = True, 0.0
 
