@@ -25,8 +25,10 @@ T_i is rollout i's number of mask-1 tokens. Conventions, and why:
   constant groups). TRL adds 1e-4 to the std; our eps defaults to 1e-6 (the issue's value).
 - "seq-mean-token-sum-norm" divides each rollout's token sum by a constant `norm_length`
   (default: T, the padded length of this batch) and averages over the B rollouts, as TRL's
-  dr_grpo (constant = `max_completion_length`) and current verl (`loss_scale_factor`, default
-  the padded length) do. Pass the budget's maximum response length as `norm_length` to keep
+  dr_grpo does (constant = `max_completion_length`, mean over the batch). verl's mode of the
+  same name sums the rollouts' token sums and divides by the horizon without dividing by B: a
+  loss B times ours (for a fixed batch size, a learning-rate factor; not tested against verl,
+  which is not installed). Pass the budget's maximum response length as `norm_length` to keep
   the constant fixed across batches, which is what Dr. GRPO intends.
 - A rollout with no mask-1 tokens contributes 0 to the seq-mean modes and still counts in B
   (TRL and verl alike); a batch with no mask-1 tokens gives loss 0, not NaN.

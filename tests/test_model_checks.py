@@ -1,5 +1,5 @@
 """model_checks: the comparison is zero for a model against itself, small for sinkflex against
-eager, and it notices a genuinely different attention (no mask function => no causal mask)."""
+eager, and it notices an attention that differs in one respect (no window, or no padding mask)."""
 
 import math
 
@@ -31,21 +31,32 @@ def test_sinkflex_blocked_matches_eager():
     assert r["logits_rel_err"] < 1e-5 and r["grad_rel_err"] < 1e-4
 
 
-def test_detects_a_different_attention():
-    """Registered under AttentionInterface only, transformers passes attention_mask=None: the
-    logits then differ a lot. The check must see that."""
+def _register_variant(name, drop):
+    """sinkflex attention registered under AttentionInterface with one argument dropped."""
     from transformers import AttentionInterface
 
     from sinkflex_lib.attention import sinkflex_attention_forward
 
-    def no_mask(module, q, k, v, attention_mask, **kw):
-        return sinkflex_attention_forward(module, q, k, v, None, backend="blocked",
-                                          **{n: kw[n] for n in ("scaling", "s_aux") if n in kw})
+    def variant(module, q, k, v, attention_mask, **kw):
+        kept = {n: kw[n] for n in ("scaling", "s_aux", "sliding_window") if n in kw and n != drop}
+        return sinkflex_attention_forward(module, q, k, v, None if drop == "mask" else attention_mask,
+                                          backend="blocked", **kept)
 
-    AttentionInterface.register("test-no-causal", no_mask)
-    ids, mask = padded_batch([20, 20], 20, 256, ["left", "left"])
-    r = compare_attention_implementations("test-no-causal", "eager", input_ids=ids, attention_mask=mask,
+    AttentionInterface.register(name, variant)
+
+
+@pytest.mark.parametrize("drop, lengths", [("sliding_window", [20, 20]), ("mask", [20, 13])])
+def test_detects_a_different_attention(drop, lengths):
+    """The check sees a model whose attention differs in one respect: no sliding window (a batch
+    longer than the tiny config's window of 16, no padding), or no padding mask (a left-padded
+    row whose real tokens then attend to the pads)."""
+    _register_variant(f"test-no-{drop}", drop)
+    ids, mask = padded_batch(lengths, 20, 256, ["left", "left"])
+    same = compare_attention_implementations("sinkflex-blocked", "eager", input_ids=ids, attention_mask=mask,
+                                             with_grad=False)
+    r = compare_attention_implementations(f"test-no-{drop}", "eager", input_ids=ids, attention_mask=mask,
                                           with_grad=False)
+    assert same["logits_rel_err"] < 1e-5
     assert r["logits_rel_err"] > 1e-2 and math.isnan(r["grad_rel_err"])
 
 

@@ -37,11 +37,6 @@ class SinkMask:
     def __post_init__(self):
         check_window_prefix(self.window, self.prefix)
 
-    @property
-    def is_causal_only(self) -> bool:
-        """True when the mask is plain causal (no window)."""
-        return self.window is None
-
     # -- the predicate, in three forms ---------------------------------------------------
     def visible(self, t: torch.Tensor, j: torch.Tensor, pt: torch.Tensor | None = None,
                 pj: torch.Tensor | None = None) -> torch.Tensor:

@@ -6,11 +6,11 @@ L layers, b bytes per element of the model dtype, T the blocked backend's query 
 eager (transformers' gpt-oss `eager_attention_forward`): per layer it forms the scores
 (B, Hq, N, N), appends the sink column, subtracts the row max and takes the softmax. Autograd
 keeps the softmax output P = B*Hq*N*(N+1)*b for the backward of each layer (the matmuls keep q
-and the repeated k, v: O(N)). While one layer runs backward, about three more P-sized tensors are
-alive at once (the gradient of the probabilities, the softmax gradient and the gradient routed
-through the row max), so
+and the repeated k, v: O(N)). While one layer runs backward, more P-sized tensors are alive at
+once (the gradient of the probabilities, the softmax gradient, the gradient routed through the
+row max); the model counts `EAGER_TRANSIENT_COPIES` = 2 of them at the peak, so
 
-    eager  ~  L * P  +  3 * P  +  O(N)            quadratic in N.
+    eager  ~  L * P  +  2 * P  +  O(N)            quadratic in N.
 
 blocked (our tiled autograd function) keeps q, k, v, the output and the float32 LSE per layer,
 and recomputes each tile's probabilities in backward. Its working set is one tile of scores,

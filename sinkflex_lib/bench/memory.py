@@ -39,7 +39,6 @@ BACKENDS = ("eager", "blocked", "flex")
 CONFIGS = ("tiny", "small", "gpt-oss-20b")
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DEVICES = ("cpu", "cuda")
-STATUSES = ("ok", "oom", "skipped", "unsupported", "error", "timeout")
 # glibc: allocations of 1 MiB and more get their own mapping and go back to the kernel when freed
 # (a fixed threshold also turns off glibc's dynamic one, which otherwise climbs to 32 MiB and keeps
 # freed tensors resident in the heap). Resident memory then follows the live tensors, the CPU
@@ -156,10 +155,6 @@ class SweepResult:
             "time_seq": time_seq,
             "time_ratio": (ok(backend, time_seq).step_s / ok("eager", time_seq).step_s) if time_seq else None,
         }
-
-    def to_frame(self):
-        import pandas as pd
-        return pd.DataFrame(self.rows())
 
 
 META_COLUMNS = ("device_name", "torch", "config", "layers", "batch", "dtype", "budget_gb")

@@ -10,8 +10,8 @@ chat template), optionally wrapping the model in a LoRA adapter through peft.
 in data/checkpoints/<name>/ (:mod:`.checkpoints`): the tiny shape, pretrained on oracle episodes
 of generated worlds (:mod:`.pretrain`), and that base after GRPO.
 
-The reference policy for the KL term is the starting weights: `reference_logits_context`
-gives a context in which the policy computes reference log-probs (for LoRA: the adapter
+The reference policy for the KL term is the starting weights: `Policy.reference_model()` is a
+context yielding the model that computes reference log-probs (for LoRA: the adapter
 disabled; otherwise a frozen copy of the starting weights made by `Policy.freeze_reference`).
 """
 

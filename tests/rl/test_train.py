@@ -143,3 +143,26 @@ def test_dynamic_sampling_trains_only_on_groups_with_spread(tmp_path, fake_rewar
         groups_with_spread = round(4 * (1 - r["zero_spread_frac"]))
         assert r["update_groups"] == min(1, groups_with_spread)
         assert r["minibatches"] == r["update_groups"]  # one minibatch holds the kept group
+
+
+def test_one_update_raises_the_rewarded_episode_and_lowers_the_other(micro_policy):
+    """The sign of the GRPO update: after one step on a group of two episodes with rewards 1
+    and 0, the log-likelihood of the first episode's sampled tokens rises and the second's falls."""
+    from sinkflex_lib.rl.rollout import RolloutConfig, collate, rollout_batch, token_logprobs
+
+    cfg = TrainConfig.from_profile("smoke", group_size=2, minibatch_size=2, ppo_epochs=1, lr=1e-3)
+    rs = rollout_batch(micro_policy, [("cancel_000", 0), ("cancel_000", 0)],
+                       RolloutConfig(max_turns=2, max_tokens=500, max_new_tokens=8), torch.Generator().manual_seed(1))
+    rs[0].reward, rs[1].reward = 1.0, 0.0
+
+    def loglik():
+        batch = collate(rs, micro_policy.pad_id)
+        with torch.no_grad():
+            logp, _ = token_logprobs(micro_policy.model.eval(), batch)
+        return (logp * batch["mask"]).sum(1)
+
+    before = loglik()
+    opt = torch.optim.AdamW(micro_policy.model.parameters(), lr=cfg.lr)
+    train_mod.grpo_update(micro_policy, opt, rs, cfg, np.random.default_rng(0))
+    after = loglik()
+    assert after[0] > before[0] and after[1] < before[1], (before, after)
