@@ -22,13 +22,18 @@ def _fmt(value, floatfmt: str) -> str:
     return str(value)
 
 
-def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt: str = ".2e") -> str:
+def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt: str = ".2e",
+                   align: str | None = None) -> str:
     """A GitHub-flavoured Markdown table of `rows` (list of dicts) over `columns` (default: the
-    first row's keys). Floats use `floatfmt`; NaN prints as n/a."""
+    first row's keys). Floats use `floatfmt`; NaN prints as n/a. align: one letter per column,
+    "l" or "r" (default: none given)."""
     if not rows:
         raise ValueError("rows must hold at least one row")
     columns = list(rows[0]) if columns is None else list(columns)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    if align is not None and (len(align) != len(columns) or set(align) - {"l", "r"}):
+        raise ValueError(f"align must be one of 'l'/'r' per column ({len(columns)}), got {align!r}")
+    rule = ["---" if align is None else {"l": ":---", "r": "---:"}[a] for a in (align or columns)]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(rule) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(_fmt(row.get(c), floatfmt) for c in columns) + " |")
     return "\n".join(lines) + "\n"
@@ -46,10 +51,19 @@ def save_table(rows: list[dict], name: str, columns: list[str] | None = None, fl
     out_dir = Path(directory) if directory is not None else figures_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out_dir / f"{name}.csv", out_dir / f"{name}.md"
-    with open(csv_path, "w", newline="") as f:
+    write_csv(csv_path, rows, columns)
+    md_path.write_text(markdown_table(rows, columns, floatfmt))
+    return csv_path, md_path
+
+
+def write_csv(path, rows: list[dict], columns: list[str], cell=None) -> Path:
+    """`rows` over `columns` as CSV at `path` (None as an empty cell; `cell` formats each value)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cell = cell or (lambda v: "" if v is None else v)
+    with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            writer.writerow({c: ("" if row.get(c) is None else row.get(c)) for c in columns})
-    md_path.write_text(markdown_table(rows, columns, floatfmt))
-    return csv_path, md_path
+            writer.writerow({c: cell(row.get(c)) for c in columns})
+    return path

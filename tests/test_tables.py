@@ -35,3 +35,12 @@ def test_bad_name(tmp_path, name):
 def test_empty_rows(tmp_path):
     with pytest.raises(ValueError, match="rows"):
         markdown_table([])
+
+
+def test_markdown_alignment_row():
+    from sinkflex_lib.tables import markdown_table
+
+    md = markdown_table([{"n": 1, "name": "a"}], align="rl")
+    assert md.splitlines()[1] == "|---:|:---|"
+    with pytest.raises(ValueError, match="align"):
+        markdown_table([{"n": 1}], align="rl")

@@ -21,7 +21,6 @@ By default a backend that ran out of memory at one length is not run at longer o
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -32,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..tables import markdown_table, write_csv
 from . import procmem
 from .analytic import attention_memory
 
@@ -96,15 +96,7 @@ class SweepResult:
         return rows
 
     def write_csv(self, path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        rows = self.rows()
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: _fmt_csv(r.get(k)) for k in CSV_COLUMNS})
-        return path
+        return write_csv(path, self.rows(), list(CSV_COLUMNS), cell=_fmt_csv)
 
     def to_markdown(self) -> str:
         m = self.meta
@@ -118,14 +110,12 @@ class SweepResult:
             + ("the memory-measuring first step and " if m.get("device") == "cpu" else "")
             + f"{m.get('warmup')} warm-up.",
             "",
-            "| seq | backend | peak GB | step s | status | vs eager | analytic attn GB |",
-            "|---:|:---|---:|---:|:---|---:|---:|",
         ]
-        for p in self.points:
-            status = p.status.upper() if p.status == "oom" else p.status
-            lines.append(f"| {p.seq} | {p.backend} | {_fmt_gb(p.peak_gb)} | {_fmt_s(p.step_s)} | {status} | "
-                         f"{self.reduction_vs_eager(p)} | {_fmt_gb(p.analytic_attention_gb)} |")
-        return "\n".join(lines) + "\n"
+        cells = [{"seq": p.seq, "backend": p.backend, "peak GB": _fmt_gb(p.peak_gb), "step s": _fmt_s(p.step_s),
+                  "status": p.status.upper() if p.status == "oom" else p.status,
+                  "vs eager": self.reduction_vs_eager(p), "analytic attn GB": _fmt_gb(p.analytic_attention_gb)}
+                 for p in self.points]
+        return "\n".join(lines) + "\n" + (markdown_table(cells, align="rlrrlrr") if cells else "")
 
     def write(self, out_dir, stem: str = "table2_memory") -> tuple[Path, Path]:
         """Write <out_dir>/<stem>.csv and <out_dir>/<stem>.md; returns both paths."""
