@@ -1,4 +1,4 @@
-"""Command line: `python -m sinkflex_lib.bench memory ...` (see `--help`)."""
+"""Command line: `python -m sinkflex_lib.bench memory|rl ...` (see `--help`)."""
 
 from __future__ import annotations
 
@@ -43,11 +43,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run a backend at lengths longer than one where it ran out of memory")
     m.add_argument("--out", default=None, help="directory for <stem>.csv and <stem>.md (default stem table2_memory)")
     m.add_argument("--stem", default="table2_memory", help="file stem of the CSV and Markdown tables")
+    r = sub.add_parser("rl", help="speed of the RL loop: rollout, generate(), GRPO update (sinkflex vs eager)")
+    r.add_argument("--policy", default="tiny", help="a preset (tiny, micro), shipped checkpoint or local directory")
+    r.add_argument("--batch", type=int, default=32, help="episodes rolled out together (default 32, the cpu profile's)")
+    r.add_argument("--device", choices=DEVICES, default="cpu")
+    r.add_argument("--max-turns", type=int, default=12)
+    r.add_argument("--max-tokens", type=int, default=1536)
+    r.add_argument("--max-new-tokens", type=int, default=48)
+    r.add_argument("--out", default=None, help="directory for bench_rl.csv and bench_rl.md")
     return ap
+
+
+def rl_main(args) -> int:
+    from .rl import report, run_rl_bench
+
+    try:
+        rows = run_rl_bench(args.policy, args.batch, args.device, args.max_turns, args.max_tokens,
+                            args.max_new_tokens, out=args.out)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print()
+    print(report(rows, args.device))
+    return 0
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "rl":
+        return rl_main(args)
     try:
         sweep = run_memory_sweep(args.backends, args.seq, config=args.config, layers=args.layers,
                                  batch=args.batch, dtype=args.dtype, device=args.device,

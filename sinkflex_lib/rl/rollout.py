@@ -182,17 +182,23 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
     was_training = model.training
     model.eval()
     t0, n_forward_tokens = time.perf_counter(), 0
+    clock = {"forward_s": 0.0, "sample_s": 0.0, "env_s": 0.0, "forwards": 0}
     all_rows = _start_rows(specs, fmt, cfg)
     live, generating = list(all_rows), set(range(len(all_rows)))   # rows in cache order; in a turn
     cache = DynamicCache()
     attn_hist = torch.zeros(len(live), 0, dtype=torch.long, device=device)
     while live:
+        ta = time.perf_counter()
         ids, am, pos = _feed_batch(live, fmt.pad_id)
         attn_hist = torch.cat([attn_hist, am.to(device)], dim=1)
         out = model(input_ids=ids.to(device), attention_mask=attn_hist, position_ids=pos.to(device),
                     cache=cache, use_cache=True, logits_to_keep=1)   # only the last position samples
         n_forward_tokens += int(am.sum())
+        tb = time.perf_counter()
         sampled, logp_all = _sample(out.logits[:, -1], cfg, generator)
+        clock["forward_s"] += tb - ta
+        clock["sample_s"] += time.perf_counter() - tb
+        clock["forwards"] += 1
         for b in sorted(generating):
             r, t = live[b], int(sampled[b])
             r.pending.append((t, 1, float(logp_all[b, t])))
@@ -203,7 +209,9 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
                 generating.discard(b)
         if generating:
             continue
+        te = time.perf_counter()
         done = [b for b, r in enumerate(live) if _step_env(r, fmt, cfg)]
+        clock["env_s"] += time.perf_counter() - te
         for b in done:   # unfed sampled tokens (the last stop token) still belong to the layout
             r = live[b]
             for j, (t, m, lp) in enumerate(r.pending):
@@ -219,6 +227,7 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
     if stats is not None:
         stats["rollout_s"] = time.perf_counter() - t0
         stats["rollout_forward_tokens"] = n_forward_tokens
+        stats.update(clock)   # model forwards (feeding included), sampling, env steps + observation tokens
     return [r.out for r in all_rows]
 
 

@@ -313,6 +313,7 @@ def grpo_step(run: _Run, step: int) -> dict:
     row = {"kind": "train", "step": step, **_rollout_metrics(rollouts, cfg.group_size),
            "trajectory_reward": float(np.mean(run.window)), **upd,
            "rollout_s": rstats["rollout_s"], "update_s": update_s, "step_s": step_s,
+           **{f"rollout_{k}": rstats[k] for k in ("forward_s", "sample_s", "env_s", "forwards")},
            "tokens_per_s": (rstats["rollout_forward_tokens"] + upd["update_tokens"]) / step_s,
            "peak_mem_gb": peak_memory_gb(run.device), "elapsed_s": time.perf_counter() - run.t_start,
            "tasks": tids}

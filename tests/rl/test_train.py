@@ -11,7 +11,8 @@ TINY = dict(bc_episodes=2, bc_epochs=1, steps=2, groups_per_step=2, group_size=2
             ppo_epochs=2, max_turns=2, max_tokens=400, max_new_tokens=8, val_tasks=1, val_every=1,
             ckpt_every=1, traj_window=8)
 
-TIMING = {"rollout_s", "update_s", "step_s", "tokens_per_s", "peak_mem_gb", "elapsed_s", "val_s", "seconds"}
+TIMING = {"rollout_s", "update_s", "step_s", "tokens_per_s", "peak_mem_gb", "elapsed_s", "val_s", "seconds",
+          "rollout_forward_s", "rollout_sample_s", "rollout_env_s"}
 
 
 @pytest.fixture

@@ -1,0 +1,139 @@
+"""Speed of the RL loop, measured side by side in one process on one policy and one set of episodes.
+
+    python -m sinkflex_lib.bench rl --policy tiny|micro|base-tiny|DIR [--batch B] [--device cpu|cuda]
+
+Rows of the table (all on the same policy weights):
+
+- ``rollout (ours)``: `rollout_batch` over B episodes of a training world (sampled, T = 1, fixed
+  seed): sampled tokens per second and milliseconds per batched decode forward, with the
+  share of the rollout time spent in model forwards, in sampling and in the environment plus
+  observation tokenization;
+- ``generate() (transformers)``: transformers' `generate()` with its KV cache from the same
+  B first prompts (left-padded), `max_new_tokens` new tokens each, no environment: its tokens
+  per second and milliseconds per forward (the comparable part of a rollout: decoding);
+- ``update, <attention>``: forward and backward of the GRPO loss (random advantages) on the
+  pad-free episodes just rolled out, for the sinkflex attention and transformers' eager one:
+  tokens per second (timed twice, the faster kept).
+
+The last lines give the ratios, the device and the versions; `--out DIR` writes
+DIR/bench_rl.csv and .md. Timings need a quiet machine (README, "Limits").
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+
+import numpy as np
+import torch
+
+from ..grpo import grpo_loss
+from ..machine import cpu_model
+from ..rl.policy import build_policy
+from ..rl.rollout import RolloutConfig, collate, rollout_batch, token_logprobs, without_pads
+from ..tables import markdown_table, save_table
+
+SOURCE = "train-world:1000"       # the cpu profile's training world
+
+
+def _specs(batch: int) -> list[tuple[str, int]]:
+    from ..rl.evaluate import balanced_task_ids
+
+    return [(t, i) for i, t in enumerate(balanced_task_ids(SOURCE, batch))]
+
+
+def bench_rollout(policy, specs, cfg: RolloutConfig, seed: int = 0) -> tuple[dict, list]:
+    stats = {}
+    rows = rollout_batch(policy, specs, cfg, torch.Generator().manual_seed(seed), stats)
+    sampled = sum(r.n_sampled for r in rows)
+    s = stats["rollout_s"]
+    return ({"what": "rollout (ours)", "tokens": sampled, "seconds": s, "tokens_per_s": sampled / s,
+             "ms_per_forward": 1e3 * stats["forward_s"] / stats["forwards"], "forwards": stats["forwards"],
+             "forward_share": stats["forward_s"] / s, "sample_share": stats["sample_s"] / s,
+             "env_share": stats["env_s"] / s}, rows)
+
+
+@torch.no_grad()
+def bench_generate(policy, specs, cfg: RolloutConfig) -> dict:
+    """transformers' generate() from the episodes' first prompts, `max_new_tokens` tokens each."""
+    from ..envs import RetailEnv
+
+    prompts = []
+    for tid, seed in specs:
+        env = RetailEnv(SOURCE, max_steps=cfg.max_turns)
+        obs, info = env.reset(seed=seed, options={"task_id": tid})
+        prompts.append(policy.chat.prompt(env, obs, info))
+    width = max(map(len, prompts))
+    pad = policy.pad_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=policy.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=policy.device)
+    model = policy.model.eval()
+    t0 = time.perf_counter()
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=cfg.max_new_tokens,
+                         min_new_tokens=cfg.max_new_tokens, do_sample=True, temperature=1.0, top_k=0,
+                         pad_token_id=pad, use_cache=True)
+    s = time.perf_counter() - t0
+    new = (out.shape[1] - width) * len(prompts)
+    return {"what": "generate() (transformers)", "tokens": new, "seconds": s, "tokens_per_s": new / s,
+            "ms_per_forward": 1e3 * s / max(1, out.shape[1] - width), "forwards": out.shape[1] - width}
+
+
+def bench_update(policy, rollouts, attn: str, repeats: int = 2) -> dict:
+    """Forward + backward of the GRPO loss on the pad-free episodes; the faster of `repeats`."""
+    if attn != "sinkflex":
+        other = build_policy(policy.name, attn_implementation=attn, device=policy.device)
+        other.model.load_state_dict(policy.model.state_dict())
+        policy = other
+    batch = collate([without_pads(r) for r in rollouts], policy.pad_id)
+    adv = torch.from_numpy(np.random.default_rng(0).standard_normal(len(rollouts))).float()
+    model = policy.model.train()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        logp, _ = token_logprobs(model, batch)
+        dev = logp.device
+        loss, _ = grpo_loss(logp, batch["old_logp"].to(dev), adv.to(dev), batch["mask"].to(dev))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        best = min(best, time.perf_counter() - t0)
+    n = int(batch["attention_mask"].sum())
+    return {"what": f"update, {attn}", "tokens": n, "seconds": best, "tokens_per_s": n / best}
+
+
+def run_rl_bench(policy_name: str = "tiny", batch: int = 32, device: str = "cpu", max_turns: int = 12,
+                 max_tokens: int = 1536, max_new_tokens: int = 48, out=None, log=print) -> list[dict]:
+    """All rows (module docstring); writes <out>/bench_rl.csv and .md when `out` is given."""
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    policy = build_policy(policy_name, device=device)
+    cfg = RolloutConfig(max_turns=max_turns, max_tokens=max_tokens, max_new_tokens=max_new_tokens, source=SOURCE)
+    specs = _specs(batch)
+    log(f"rollout: {batch} episodes of {SOURCE} ...")
+    roll, episodes = bench_rollout(policy, specs, cfg)
+    log("generate() from the same prompts ...")
+    rows = [roll, bench_generate(policy, specs, cfg)]
+    for attn in ("sinkflex", "eager"):
+        log(f"update on {attn} ...")
+        rows.append(bench_update(policy, episodes, attn))
+    if out is not None:
+        save_table(rows, "bench_rl", floatfmt=".4g", directory=out)
+    return rows
+
+
+def environment_line(device: str) -> str:
+    from importlib.metadata import version
+
+    where = torch.cuda.get_device_name(0) if device == "cuda" else f"{cpu_model()}, torch threads {torch.get_num_threads()}"
+    return (f"device: {where}; python {platform.python_version()}, torch {torch.__version__}, "
+            f"transformers {version('transformers')}")
+
+
+def report(rows: list[dict], device: str) -> str:
+    """The table, then the ratios the speed issue asks for, then the device and versions."""
+    by = {r["what"]: r for r in rows}
+    ours, gen = by["rollout (ours)"], by["generate() (transformers)"]
+    ratios = [f"rollout tokens/s, ours / generate(): {ours['tokens_per_s'] / gen['tokens_per_s']:.2f}",
+              f"update tokens/s, sinkflex / eager: "
+              f"{by['update, sinkflex']['tokens_per_s'] / by['update, eager']['tokens_per_s']:.2f}"]
+    cols = ["what", "tokens", "seconds", "tokens_per_s", "ms_per_forward", "forward_share", "sample_share", "env_share"]
+    return markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n" + environment_line(device)
