@@ -3,6 +3,7 @@
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
 #   make pretrain                            regenerate data/checkpoints/base-tiny (about 1.5 h on 2 cores)
+#   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +13,7 @@ STAMP  := $(VENV)/.sinkflex-installed
 PRETRAIN_DIR ?= $(HOME)/sinkflex_runs/pretrain-base-tiny
 PRETRAIN_THREADS ?= 2
 
-.PHONY: reproduce test gpu-check pretrain venv clean-venv
+.PHONY: reproduce test gpu-check pretrain lab venv clean-venv
 
 venv: $(STAMP)
 
@@ -34,6 +35,9 @@ test: $(STAMP)
 pretrain: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \
 		$(if $(wildcard $(PRETRAIN_DIR)/checkpoint/state.json),--resume,) --ship data/checkpoints/base-tiny
+
+lab: $(STAMP)
+	SINKFLEX_PROFILE=$(PROFILE) $(PY) -m jupyterlab --notebook-dir=notebooks
 
 gpu-check: $(STAMP)
 	$(PY) -m sinkflex_lib.gpu_check
