@@ -287,6 +287,33 @@ def previous_real_index(attention_mask: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(last[:, :-1], (1, 0), value=-1)
 
 
+def _source_states(model, batch: dict, src: torch.Tensor):
+    """(x, head): for every token, the final hidden state of its source position and the output
+    head that turns it into logits. For gpt-oss the head runs later, chunk by chunk, so the
+    episode's logits never exist all at once; for other models x is already the logits (head None)."""
+    dev = src.device
+    args = dict(input_ids=batch["input_ids"].to(dev), attention_mask=batch["attention_mask"].to(dev),
+                position_ids=batch["position_ids"].to(dev), use_cache=False)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "model_type", None) == "gpt_oss":    # logits = lm_head(last hidden state)
+        x = base.model(**args).last_hidden_state
+        head = base.get_output_embeddings()
+    else:
+        x, head = model(**args).logits, None
+    return x.gather(1, src.unsqueeze(-1).expand(-1, -1, x.shape[-1])), head
+
+
+def _chunk_scores(x, tgt, head, temperature: float, with_entropy: bool):
+    """(log-prob of tgt, entropy or None) for one chunk of source states (or logits)."""
+    logits = (head(x) if head is not None else x).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - lse
+    ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1) if with_entropy else None
+    return logp, ent
+
+
 def token_logprobs(model, batch: dict, temperature: float = 1.0, with_entropy: bool = False,
                    chunk: int = 512):
     """Log-probs (B, T) of each token under the distribution it was sampled from, from one
@@ -296,29 +323,23 @@ def token_logprobs(model, batch: dict, temperature: float = 1.0, with_entropy: b
     A token at layout index t was sampled from the logits of the last *real* token fed before
     it (pads may sit in between: a row's last sampled token is fed, after left pads, with its
     next observation), so the source index is `previous_real_index`, not simply t - 1.
-    The normaliser (and entropy) of each position is computed `chunk` positions at a time and
-    only the target's logit is gathered: no second (B, T, vocab) tensor is made, which matters
-    for a 201k vocabulary (gpt-oss: 0.8 MB per position in float32).
+    Logits are formed `chunk` tokens at a time and, when gradients are on, recomputed in
+    backward (activation checkpointing of the head): for gpt-oss's 201,088-id vocabulary an
+    episode's logits (0.8 MB a position in float32) are never all alive at once.
     """
+    from torch.utils.checkpoint import checkpoint
+
     dev = next(model.parameters()).device
-    am = batch["attention_mask"].to(dev)
-    logits = model(input_ids=batch["input_ids"].to(dev), attention_mask=am,
-                   position_ids=batch["position_ids"].to(dev), use_cache=False).logits
-    B, T, _ = logits.shape
-    scaled = lambda x: (x.float() / temperature) if temperature != 1.0 else x.float()  # noqa: E731
-    lse, ent = [], []
-    for a in range(0, T, chunk):
-        x = scaled(logits[:, a:a + chunk])
-        z = torch.logsumexp(x, dim=-1)
-        lse.append(z)
-        if with_entropy:
-            ent.append(z - (torch.softmax(x, dim=-1) * x).sum(-1))
-    src = previous_real_index(am)
-    valid = src >= 0
-    src_c = src.clamp(min=0)
+    src = previous_real_index(batch["attention_mask"].to(dev))
+    x, head = _source_states(model, batch, src.clamp(min=0))
     tgt = batch["input_ids"].to(dev)
-    picked = scaled(logits[torch.arange(B, device=dev).unsqueeze(1), src_c, tgt])
-    logp = (picked - torch.cat(lse, 1).gather(1, src_c)) * valid
+    parts = []
+    for a in range(0, x.shape[1], chunk):
+        args = (x[:, a:a + chunk], tgt[:, a:a + chunk], head, temperature, with_entropy)
+        parts.append(checkpoint(_chunk_scores, *args, use_reentrant=False) if torch.is_grad_enabled()
+                     else _chunk_scores(*args))
+    valid = src >= 0
+    logp = torch.cat([p[0] for p in parts], 1) * valid
     if not with_entropy:
         return logp, None
-    return logp, torch.cat(ent, 1).gather(1, src_c) * valid
+    return logp, torch.cat([p[1] for p in parts], 1) * valid
