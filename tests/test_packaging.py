@@ -50,3 +50,13 @@ def test_non_editable_install_runs_from_another_folder(tmp_path):
     assert probe["obs"].startswith("user: ") and probe["vocab"] > 1000
     assert probe["base"].startswith(str(target))
     assert result["n_tasks"] == 2 and 0.0 <= result["mean_at_1"] <= 1.0
+
+
+def test_data_dir_setting_overrides_both_locations(tmp_path):
+    code = "import sinkflex_lib.paths as p; print(p.DATA_DIR, p.TOKENIZER_DIR, p.CHECKPOINTS_DIR, sep='|')"
+    env = {**os.environ, "SINKFLEX_DATA_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().split("|") == [str(tmp_path), str(tmp_path / "tokenizer"), str(tmp_path / "checkpoints")]
+    env.pop("SINKFLEX_DATA_DIR")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split("|")[0] == str(REPO_ROOT / "data")     # a source checkout
