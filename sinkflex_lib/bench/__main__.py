@@ -45,11 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--stem", default="table2_memory", help="file stem of the CSV and Markdown tables")
     r = sub.add_parser("rl", help="speed of the RL loop: rollout, generate(), GRPO update (sinkflex vs eager)")
     r.add_argument("--policy", default="tiny", help="a preset (tiny, micro), shipped checkpoint or local directory")
-    r.add_argument("--batch", type=int, default=32, help="episodes rolled out together (default 32, the cpu profile's)")
+    r.add_argument("--batch", type=int, default=None, help="episodes rolled out together (default: the cpu profile's 32)")
     r.add_argument("--device", choices=DEVICES, default="cpu")
-    r.add_argument("--max-turns", type=int, default=12)
-    r.add_argument("--max-tokens", type=int, default=1536)
-    r.add_argument("--max-new-tokens", type=int, default=48)
+    for flag in ("max-turns", "max-tokens", "max-new-tokens"):   # defaults: the cpu profile's (bench.rl)
+        r.add_argument(f"--{flag}", type=int, default=None)
     r.add_argument("--out", default=None, help="directory for bench_rl.csv and bench_rl.md")
     return ap
 
@@ -58,8 +57,9 @@ def rl_main(args) -> int:
     from .rl import report, run_rl_bench
 
     try:
-        rows = run_rl_bench(args.policy, args.batch, args.device, args.max_turns, args.max_tokens,
-                            args.max_new_tokens, out=args.out)
+        given = {k: v for k, v in dict(batch=args.batch, max_turns=args.max_turns, max_tokens=args.max_tokens,
+                                       max_new_tokens=args.max_new_tokens).items() if v is not None}
+        rows = run_rl_bench(args.policy, device=args.device, out=args.out, **given)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -29,11 +29,13 @@ import torch
 
 from ..grpo import grpo_loss
 from ..machine import cpu_model
+from ..rl.config import PROFILES
 from ..rl.policy import build_policy
 from ..rl.rollout import RolloutConfig, collate, rollout_batch, token_logprobs, without_pads
 from ..tables import markdown_table, save_table
 
-SOURCE = "train-world:1000"       # the cpu profile's training world
+CPU_PROFILE = PROFILES["cpu"]      # the sizes the bench defaults to: the cpu profile's
+SOURCE = CPU_PROFILE["source"]
 
 
 def _specs(batch: int) -> list[tuple[str, int]]:
@@ -100,8 +102,10 @@ def bench_update(policy, rollouts, attn: str, repeats: int = 2) -> dict:
     return {"what": f"update, {attn}", "tokens": n, "seconds": best, "tokens_per_s": n / best}
 
 
-def run_rl_bench(policy_name: str = "tiny", batch: int = 32, device: str = "cpu", max_turns: int = 12,
-                 max_tokens: int = 1536, max_new_tokens: int = 48, out=None, log=print) -> list[dict]:
+def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per_step"] * CPU_PROFILE["group_size"],
+                 device: str = "cpu", max_turns: int = CPU_PROFILE["max_turns"],
+                 max_tokens: int = CPU_PROFILE["max_tokens"], max_new_tokens: int = CPU_PROFILE["max_new_tokens"],
+                 out=None, log=print) -> list[dict]:
     """All rows (module docstring); writes <out>/bench_rl.csv and .md when `out` is given."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")

@@ -152,19 +152,23 @@ def parse_action(action: Any) -> Action:
 
 
 def argument_value_spans(action: str) -> list[tuple[str, int, int]]:
-    """(argument name, start, end) character spans of the string values of a functional tool
-    call, list elements one by one, in order; [] for anything that is not a call."""
+    """(argument name, start, end) character spans of the string values of a tool call in the
+    canonical functional form (`format_call`'s: ``name(arg='v', n=['a'])``), list elements one by
+    one, in order; [] for anything else (a message, a JSON call, other spacing or quoting)."""
     call = parse_action(action)
     if not isinstance(call, ToolCall):
         return []
     spans, pos = [], 0
-    for name, value in call.arguments.items():
-        pos = action.index(f"{name}=", pos)
-        for v in (value if isinstance(value, list) else [value]):
-            if isinstance(v, str) and v:
-                start = action.index(repr(v), pos) + 1
-                spans.append((name, start, start + len(v)))
-                pos = start + len(v)
+    try:
+        for name, value in call.arguments.items():
+            pos = action.index(f"{name}=", pos)
+            for v in (value if isinstance(value, list) else [value]):
+                if isinstance(v, str) and v:
+                    start = action.index(repr(v), pos) + 1
+                    spans.append((name, start, start + len(v)))
+                    pos = start + len(v)
+    except ValueError:      # not the canonical form
+        return []
     return spans
 
 

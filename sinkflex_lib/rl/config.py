@@ -63,13 +63,17 @@ class TrainConfig:
     threads: int | None = None
 
     @classmethod
-    def from_profile(cls, profile: str, **overrides) -> "TrainConfig":
+    def from_profile(cls, profile: str, policy_dir: str | None = None, **overrides) -> "TrainConfig":
+        """The profile's config. On the gpu profile a local model directory, `policy_dir` (default
+        ``$SINKFLEX_POLICY``; "" for none), switches to the paper's setup (`paper_setup`)."""
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}")
-        paper = paper_setup(os.environ.get("SINKFLEX_POLICY")) if profile == "gpu" else {}
+        if policy_dir is None:
+            policy_dir = os.environ.get("SINKFLEX_POLICY")
+        paper = paper_setup(policy_dir) if profile == "gpu" else {}
         return cls(**{**PROFILES[profile], **paper, "profile": profile, **overrides})
 
     def rollout_config(self, temperature: float | None = None) -> RolloutConfig:
@@ -104,7 +108,8 @@ def paper_setup(policy_dir: str | None) -> dict:
     (``SINKFLEX_POLICY``): that model in its own Harmony format with LoRA in bf16 on the sinkflex
     attention (flex on CUDA), the real tau2 retail tasks (``TAU2_DATA_DIR``: tau2's train split,
     validated on every task of its test split), no warm start. The paper gives no optimiser
-    settings; these are ours (LoRA rank 32, lr 1e-5, 8 groups of 8, gpt-oss-length turns).
+    settings; these are ours (LoRA rank 32, lr 1e-5, 4 groups of 8, gpt-oss-length turns; sized so
+    that the rollout's KV cache, about 49 KB a token for gpt-oss-20b in bf16, stays near 25 GB).
     None or "": {} (the gpu profile trains the tiny policy)."""
     if not policy_dir:
         return {}
@@ -112,8 +117,8 @@ def paper_setup(policy_dir: str | None) -> dict:
         raise FileNotFoundError(f"SINKFLEX_POLICY={policy_dir!r} is not a directory (a local gpt-oss checkpoint)")
     return dict(policy=str(policy_dir), chat_format="harmony", lora=32, dtype="bfloat16", bc_episodes=0,
                 source="tau2", train_split="train", val_source="tau2", val_split="test", steps=100,
-                groups_per_step=8, group_size=8, minibatch_size=8, lr=1e-5, max_turns=30,
-                max_tokens=32768, max_new_tokens=2048, val_every=10, ckpt_every=10, traj_window=256)
+                groups_per_step=4, group_size=8, minibatch_size=8, lr=1e-5, max_turns=30,
+                max_tokens=16384, max_new_tokens=2048, val_every=10, ckpt_every=10, traj_window=256)
 
 
 def int_arg(low: int, high: int | None = None):

@@ -22,9 +22,10 @@ as a system message.
 ``<|return|>``: Harmony ends a final message with ``<|return|>`` when sampled and rewrites it
 to ``<|end|>`` when the conversation is rendered again as history. Here the sequence is never
 re-rendered: the sampled ``<|return|>`` stays in it, so the sequence trained on is exactly the
-one sampled. It equals openai-harmony's rendering of the same conversation (analysis kept,
-``render_conversation_for_completion(..., auto_drop_analysis=False)``) once every ``<|return|>``
-is read as ``<|end|>`` (tests/rl/test_harmony.py).
+one sampled. It equals openai-harmony's rendering of the same conversation
+(``render_conversation(..., RenderConversationConfig(auto_drop_analysis=False))``: reasoning is
+kept, never dropped from history) once every ``<|return|>`` is read as ``<|end|>``
+(tests/rl/test_harmony.py, on oracle episodes).
 
 The encoding loads offline (:func:`harmony_encoding`): openai-harmony needs the o200k_base
 vocabulary file, taken from a local gpt-oss directory when it has one, else from the copy the
@@ -81,7 +82,7 @@ def _vocabulary_folder(model_dir) -> Path:
                 tmp.write_bytes(_o200k_bytes(model_dir))
                 tmp.replace(path)
             return folder
-        except PermissionError:
+        except OSError:     # not writable (permissions, a read-only file system)
             continue
     raise PermissionError(f"cannot write {O200K_FILE} to {CACHE_DIR} or the temporary folder; set SINKFLEX_CACHE_DIR")
 

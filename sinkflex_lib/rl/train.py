@@ -50,7 +50,7 @@ from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
 from .evaluate import balanced_task_ids, baseline_rewards, summarize
 from ..machine import peak_memory_gb
-from .config import PROFILES, SEED, TrainConfig, int_arg, paper_setup
+from .config import PROFILES, SEED, TrainConfig, int_arg
 from .policy import build_policy, num_parameters
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
                        save_checkpoint)
@@ -214,7 +214,7 @@ class TrainResult:
 
     def summary(self) -> dict:
         """The result without the policy (what the command line prints)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "policy"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "policy"}
 
 
 @dataclass
@@ -373,14 +373,15 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", default=None, help="a preset, shipped checkpoint or local HF directory "
                     "(a gpt-oss directory runs in Harmony); default: the profile's")
     args = ap.parse_args(argv)
-    over = {} if args.policy is None else {"policy": args.policy}
-    if args.policy and args.profile == "gpu" and Path(args.policy).is_dir():
-        over = paper_setup(args.policy)      # a local model on the gpu profile: the paper's setup
+    over, policy_dir = {}, None             # policy_dir None: $SINKFLEX_POLICY decides (gpu profile)
+    if args.policy is not None:             # a local model on the gpu profile: the paper's setup
+        over["policy"] = args.policy
+        policy_dir = args.policy if Path(args.policy).is_dir() else ""
     if args.steps is not None:
         over["steps"] = args.steps
     if args.attn:
         over["attn_implementation"] = args.attn
-    cfg = TrainConfig.from_profile(args.profile, **over)
+    cfg = TrainConfig.from_profile(args.profile, policy_dir=policy_dir, **over)
     try:
         if args.resume:  # before any work: a run that cannot resume exactly is refused
             resume_state(args.out, cfg, args.seed, log=lambda m: None)

@@ -167,3 +167,29 @@ def test_one_update_raises_the_rewarded_episode_and_lowers_the_other(micro_polic
     train_mod.grpo_update(micro_policy, opt, rs, cfg, np.random.default_rng(0))
     after = loglik()
     assert after[0] > before[0] and after[1] < before[1], (before, after)
+
+
+def test_policy_flag_on_the_gpu_profile(tmp_path, monkeypatch):
+    """--policy DIR on the gpu profile is the paper's setup; --policy NAME ignores $SINKFLEX_POLICY."""
+    seen = {}
+
+    def stop_before_training(cfg, *args, **kwargs):
+        seen["cfg"] = cfg
+        raise SystemExit(0)
+
+    monkeypatch.setattr(train_mod, "train", stop_before_training)
+    monkeypatch.setenv("SINKFLEX_POLICY", str(tmp_path / "missing"))
+    for policy, fmt, lora in ((str(tmp_path), "harmony", 32), ("base-tiny", "auto", None)):
+        seen.clear()
+        with pytest.raises(SystemExit):
+            train_mod.main(["--profile", "gpu", "--out", str(tmp_path / "o"), "--policy", policy])
+        cfg = seen["cfg"]
+        assert (cfg.policy, cfg.chat_format, cfg.lora) == (policy, fmt, lora)
+
+
+def test_summary_of_a_harmony_result_leaves_the_policy_out():
+    pytest.importorskip("openai_harmony")
+    from sinkflex_lib.rl.policy import build_policy
+
+    res = train_mod.TrainResult("out", "cpu", 1.0, 0.0, 0.5, build_policy("micro", format="harmony"))
+    assert res.summary() == {"out_dir": "out", "device": "cpu", "seconds": 1.0, "val_start": 0.0, "val_end": 0.5}

@@ -209,6 +209,10 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
     Returns {"out_dir", "val_start", "val_end", "seconds", "processes", "policy"} (the trained
     policy; with LoRA its model is the peft model).
     """
+    if cfg.chat_format == "harmony" or cfg.lora or cfg.dtype != "float32":
+        raise ValueError("the TRL path speaks the compact chat format in float32 (use --lora-r for LoRA); "
+                         f"got chat_format={cfg.chat_format!r}, lora={cfg.lora!r}, dtype={cfg.dtype!r}: run the "
+                         "paper's Harmony setup with python -m sinkflex_lib.rl.train")
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     state = distributed_state()
@@ -230,7 +234,7 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
                 if row["kind"] == "val" and row["step"] == 0:
                     append_metrics(out_dir / "metrics.jsonl", row)
     policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, seed=seed,
-                          device=state.device, **cfg.policy_overrides)
+                          device=state.device, format="compact", **cfg.policy_overrides)
     load_warm_start(policy, warm_dir)
     prepare_tokenizer(policy.tokenizer)     # the project tokenizer has them; a loaded HF one may not
     trainer = make_trainer(cfg, policy, out_dir, seed, decode=decode, lora_r=lora_r, log=log, **grpo_overrides)
