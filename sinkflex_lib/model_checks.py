@@ -50,7 +50,7 @@ def _run(model, input_ids, attention_mask, with_grad):
 
 
 def compare_attention_implementations(impl, reference="eager", *, input_ids, attention_mask,
-                                      config="tiny", seed: int = 0, with_grad: bool = True) -> dict:
+                                      config="micro", seed: int = 0, with_grad: bool = True) -> dict:
     """Logits (at real tokens) and loss of model(impl) against model(reference), same seed; with
     with_grad also every parameter gradient of the masked next-token loss.
 
@@ -74,7 +74,7 @@ def compare_attention_implementations(impl, reference="eager", *, input_ids, att
 
 
 def greedy_generate_match(impl, reference="eager", *, input_ids, attention_mask, max_new_tokens: int,
-                          config="tiny", seed: int = 0) -> tuple[bool, torch.Tensor, torch.Tensor]:
+                          config="micro", seed: int = 0) -> tuple[bool, torch.Tensor, torch.Tensor]:
     """Greedy generate() with both implementations (rows should be left-padded). Returns
     (identical, tokens of impl, tokens of reference), new tokens only."""
     outs = []

@@ -13,14 +13,14 @@ import torch
 # Every preset keeps gpt-oss's structure: learned sinks, alternating sliding / full layers,
 # grouped-query attention, mixture-of-experts MLP.
 PRESETS = {
-    # seconds on a CPU: tests and the smoke profile
-    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
-                 num_experts_per_tok=2, sliding_window=16),
-    # the CPU profile's model: ~1.2M parameters plus embeddings
-    "small": dict(vocab_size=1000, hidden_size=128, intermediate_size=128, num_hidden_layers=4,
-                  num_attention_heads=8, num_key_value_heads=2, head_dim=16, num_local_experts=4,
-                  num_experts_per_tok=2, sliding_window=128),
+    # seconds on a CPU: tests and the smoke profile (also the "micro" policy)
+    "micro": dict(vocab_size=256, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=2,
+                  num_experts_per_tok=1, sliding_window=16),
+    # the cpu profile's model (also the "tiny" policy, base-tiny): ~1.2M parameters plus embeddings
+    "tiny": dict(vocab_size=1000, hidden_size=128, intermediate_size=128, num_hidden_layers=4,
+                 num_attention_heads=8, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                 num_experts_per_tok=2, sliding_window=128),
     # gpt-oss-20b's attention shape (hidden 2880, 64 query heads, 8 KV heads, head dim 64,
     # window 128), fewer layers so a single GPU holds a training step; bf16 by convention
     "gpt-oss-20b": dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880,
@@ -30,7 +30,7 @@ PRESETS = {
 }
 
 
-def gpt_oss_config(name: str = "tiny", **overrides):
+def gpt_oss_config(name: str = "micro", **overrides):
     """A `GptOssConfig` for preset `name` (one of PRESETS), with keyword overrides
     (e.g. num_hidden_layers=2). RoPE is plain (no YaRN) and long enough for 64k tokens."""
     from transformers import GptOssConfig
@@ -47,7 +47,7 @@ def gpt_oss_config(name: str = "tiny", **overrides):
     return GptOssConfig(**kwargs)
 
 
-def build_gpt_oss(config="tiny", attn_implementation: str = "sinkflex", seed: int = 0,
+def build_gpt_oss(config="micro", attn_implementation: str = "sinkflex", seed: int = 0,
                   dtype: torch.dtype = torch.float32, device="cpu"):
     """A randomly initialised GptOssForCausalLM. `config` is a preset name or a GptOssConfig.
 

@@ -1,7 +1,7 @@
 """Memory and speed sweeps of a gpt-oss training step, one fresh subprocess per point.
 
     python -m sinkflex_lib.bench memory --backends eager,blocked --seq 1024,2048,4096 \
-        --config small --budget-gb 6 --out figures
+        --config tiny --budget-gb 6 --out figures
 
     from sinkflex_lib.bench import run_memory_sweep, attention_memory
 

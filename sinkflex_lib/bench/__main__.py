@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated, from {','.join(BACKENDS)} (default eager,blocked)")
     m.add_argument("--seq", type=_csv_list(int), default=[1024, 2048, 4096, 8192],
                    help="comma-separated sequence lengths (default 1024,2048,4096,8192)")
-    m.add_argument("--config", choices=CONFIGS, default="tiny")
+    m.add_argument("--config", choices=CONFIGS, default="micro")
     m.add_argument("--layers", type=int, default=None, help="override the config's layer count")
     m.add_argument("--batch", type=int, default=1)
     m.add_argument("--dtype", choices=tuple(DTYPES), default="float32")

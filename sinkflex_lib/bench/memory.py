@@ -1,7 +1,7 @@
 """The memory and speed sweep: one fresh subprocess per (backend, sequence length) point.
 
     from sinkflex_lib.bench import run_memory_sweep
-    sweep = run_memory_sweep(["eager", "blocked"], [1024, 2048, 4096], config="small",
+    sweep = run_memory_sweep(["eager", "blocked"], [1024, 2048, 4096], config="tiny",
                              budget_gb=6, out="figures", stem="table2_memory")
 
 Each point runs `worker.run_point` in `python -m sinkflex_lib.bench.worker`, so a point starts
@@ -31,12 +31,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..models import PRESETS
 from ..tables import markdown_table, write_csv
 from . import procmem
 from .analytic import attention_memory
 
 BACKENDS = ("eager", "blocked", "flex")
-CONFIGS = ("tiny", "small", "gpt-oss-20b")
+CONFIGS = tuple(PRESETS)
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DEVICES = ("cpu", "cuda")
 # glibc: allocations of 1 MiB and more get their own mapping and go back to the kernel when freed
@@ -272,7 +273,7 @@ def run_point_subprocess(spec: dict, timeout_s=None, poll_s: float = 0.005,
         return result
 
 
-def run_memory_sweep(backends=("eager", "blocked"), seqs=(1024, 2048, 4096, 8192), config: str = "tiny",
+def run_memory_sweep(backends=("eager", "blocked"), seqs=(1024, 2048, 4096, 8192), config: str = "micro",
                      layers: int | None = None, batch: int = 1, dtype: str = "float32", device: str = "cpu",
                      budget_gb: float | None = None, warmup: int = 1, steps: int = 3, out=None,
                      stem: str = "table2_memory", timeout_s: float | None = None, skip_after_oom: bool = True,

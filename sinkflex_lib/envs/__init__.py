@@ -10,7 +10,7 @@ Public API:
     ScriptedUser, LLMUser     user simulators (UserSimulator protocol)
     OracleAgent               gold-action agent with policy-abiding messages
     run_episode, trajectory_stats
-Modules: db, tools, schemas, data, actions, reward, users, oracle, env, episode,
+Modules: db, tools, signatures (validated tool arguments), schemas, data, actions, reward, users, oracle, env, episode,
 synthetic (the generator of data/retail_mini), tau2_adapter (optional).
 """
 

@@ -7,8 +7,9 @@ Conventions (those of tau2's retail domain, see the project's notes on tau2's to
 - Records are returned as ``json.dumps(record)`` in tau2's field order; ids and plain values
   are returned as strings unchanged.
 - Writes go through ``db.own(table, key)`` (copy-on-write, see :mod:`.db`).
-- The method docstrings are the agent-facing tool descriptions; :mod:`.schemas` turns them
-  and the signatures into OpenAI function schemas.
+- The method docstrings are the agent-facing tool descriptions; each signature with them is
+  one validated pydantic model (:data:`ARGUMENTS`, :mod:`.signatures`), from which
+  :mod:`.schemas` makes the OpenAI function schemas.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import time
 import warnings
 from typing import Any, Callable
 
+import pydantic
+
 from .db import RetailDB
+from .signatures import arguments_model, validation_message
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 TRANSFER_MESSAGE = "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT. PLEASE HOLD ON."
@@ -518,26 +522,18 @@ TOOL_NAMES: tuple[str, ...] = tuple(TOOL_FUNCTIONS)
 WRITE_TOOLS: frozenset[str] = frozenset(n for n, f in TOOL_FUNCTIONS.items() if f.tool_kind == "write")
 
 
-def _check_arguments(name: str, arguments: Any) -> dict:
+ARGUMENTS: dict[str, type[pydantic.BaseModel]] = {n: arguments_model(f) for n, f in TOOL_FUNCTIONS.items()}
+
+
+def validate_arguments(name: str, arguments: Any) -> dict:
+    """The arguments of a call of tool `name`, checked against its signature (:data:`ARGUMENTS`);
+    ToolError (one line) when they do not fit."""
     if not isinstance(arguments, dict):
         raise ToolError(f"arguments of {name} must be an object, got {type(arguments).__name__}")
-    sig = inspect.signature(TOOL_FUNCTIONS[name])
-    params = [p for p in sig.parameters.values() if p.name != "self"]
-    allowed = {p.name for p in params}
-    unknown = sorted(set(arguments) - allowed)
-    if unknown:
-        raise ToolError(f"{name}() got unexpected argument(s) {unknown}; allowed: {sorted(allowed)}")
-    missing = [p.name for p in params if p.name not in arguments]
-    if missing:
-        raise ToolError(f"{name}() missing required argument(s) {missing}")
-    for p in params:
-        value = arguments[p.name]
-        if p.annotation == "list[str]" or p.annotation == list[str]:
-            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-                raise ToolError(f"{name}() argument {p.name!r} must be a list of strings")
-        elif not isinstance(value, str):
-            raise ToolError(f"{name}() argument {p.name!r} must be a string")
-    return arguments
+    try:
+        return ARGUMENTS[name].model_validate(arguments).model_dump()
+    except pydantic.ValidationError as e:
+        raise ToolError(validation_message(name, ARGUMENTS[name], e)) from None
 
 
 def call_tool(db: RetailDB, name: str, arguments: Any) -> tuple[str, bool]:
@@ -546,7 +542,7 @@ def call_tool(db: RetailDB, name: str, arguments: Any) -> tuple[str, bool]:
     if name not in TOOL_FUNCTIONS:
         return f"Error: Tool '{name}' not found.", True
     try:
-        args = _check_arguments(name, arguments)
+        args = validate_arguments(name, arguments)
         return TOOL_FUNCTIONS[name](RetailTools(db), **args), False
     except Exception as e:  # noqa: BLE001 (tau2 turns every tool exception into an error message)
         return f"Error: {e}", True

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from ..paths import TOKENIZER_DIR
-from .policy import POLICY_PRESETS
+from .policy import POLICY_PRESETS, policy_shape
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 MAX_FILE_BYTES = 25 * 2**20
@@ -32,7 +32,7 @@ def tokenizer_fingerprint(folder: str | Path) -> str:
 
 def shape_of(config: dict, preset: str) -> dict:
     """The fields of `config` that the policy preset `preset` sets, and the vocabulary size."""
-    return {k: config.get(k) for k in (*POLICY_PRESETS[preset], "vocab_size")}
+    return {k: config.get(k) for k in (*policy_shape(preset), "vocab_size")}
 
 
 def export_checkpoint(src: str | Path, dest: str | Path, preset: str, manifest: dict) -> Path:
@@ -68,6 +68,6 @@ def check_checkpoint(folder: str | Path, tokenizer_dir: str | Path = TOKENIZER_D
     preset = manifest.get("preset")
     if preset not in POLICY_PRESETS:
         problems.append(f"manifest preset {preset!r} is not one of {sorted(POLICY_PRESETS)}")
-    elif {k: config.get(k) for k in POLICY_PRESETS[preset]} != POLICY_PRESETS[preset]:
+    elif {k: config.get(k) for k in policy_shape(preset)} != policy_shape(preset):
         problems.append(f"the model shape of {folder} differs from the {preset!r} preset")
     return problems

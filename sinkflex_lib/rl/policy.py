@@ -24,24 +24,21 @@ from pathlib import Path
 
 import torch
 
-from ..models import build_gpt_oss, ensure_registered, gpt_oss_config
+from ..models import PRESETS, build_gpt_oss, ensure_registered, gpt_oss_config
 from ..paths import CHECKPOINTS_DIR
 from .chat import SPECIAL_TOKENS, build_tokenizer
 from .formats import ChatFormat, CompactFormat
 
 SHIPPED_POLICIES = ("base-tiny", "grpo-tiny")
 
-# Model shapes for the project tokenizer (vocab set from the tokenizer).
-POLICY_PRESETS = {
-    # tests and the smoke profile: ~0.1M parameters plus embeddings
-    "micro": dict(hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1,
-                  sliding_window=64),
-    # the cpu profile's policy: gpt-oss "small" shape, ~1.2M parameters plus embeddings
-    "tiny": dict(hidden_size=128, intermediate_size=128, num_hidden_layers=4, num_attention_heads=8,
-                 num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
-                 sliding_window=128),
-}
+# Policy presets: the model presets of the same names (:data:`..models.PRESETS`), with the
+# vocabulary of the tokenizer (the project's, or Harmony's).
+POLICY_PRESETS = ("micro", "tiny")
+
+
+def policy_shape(name: str) -> dict:
+    """The GptOssConfig fields policy preset `name` sets (its model preset but the vocabulary)."""
+    return {k: v for k, v in PRESETS[name].items() if k != "vocab_size"}
 
 
 @dataclass
@@ -153,7 +150,7 @@ def _preset(name, attn_implementation, seed, dtype, device, tokenizer_dir, harmo
         tok = build_tokenizer(tokenizer_dir) if tokenizer_dir else build_tokenizer()
         chat = CompactFormat(tok)
         ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    cfg = gpt_oss_config("small", **{**POLICY_PRESETS[name], **ids, "bos_token_id": None, **overrides})
+    cfg = gpt_oss_config(name, **{**ids, "bos_token_id": None, **overrides})
     model = build_gpt_oss(cfg, attn_implementation=attn_implementation, seed=seed, dtype=dtype, device=device)
     return model, tok, chat
 

@@ -203,14 +203,16 @@ def _warm_start_phase(policy, cfg: TrainConfig, train_ids: list[str], seed: int,
 
 @dataclass
 class TrainResult:
-    """What `train` returns: the run folder, where it ran, its wall time, the first and last
-    validation mean@1, and the trained policy (live, in memory)."""
+    """What `train` (and the TRL path's `train_trl`) returns: the run folder, where it ran, its
+    wall time, the first and last validation mean@1, the trained policy (live, in memory) and
+    the number of processes that trained it."""
     out_dir: str
     device: str
     seconds: float
     val_start: float
     val_end: float
     policy: object = field(repr=False)
+    processes: int = 1
 
     def summary(self) -> dict:
         """The result without the policy (what the command line prints)."""

@@ -33,7 +33,7 @@ def rel(a, b):
 
 @pytest.mark.parametrize("impl", ["sinkflex", "sinkflex-blocked", "sinkflex-eager"])
 def test_logits_and_every_gradient_match_eager(impl):
-    model = build_gpt_oss("tiny", attn_implementation="eager", seed=0)
+    model = build_gpt_oss("micro", attn_implementation="eager", seed=0)
     ids, am = padded_batch(model.config.vocab_size)
     ref_logits, ref_grads = loss_and_grads(model, ids, am)
     set_attention(model, impl)
@@ -53,7 +53,7 @@ def test_without_our_mask_function_the_padding_would_be_lost():
     from sinkflex_lib.attention.transformers_integration import sinkflex_attention_forward
 
     AttentionInterface.register("sinkflex-no-mask", sinkflex_attention_forward)
-    model = build_gpt_oss("tiny", attn_implementation="eager", seed=0)
+    model = build_gpt_oss("micro", attn_implementation="eager", seed=0)
     ids, am = padded_batch(model.config.vocab_size)
     with torch.no_grad():
         ref = model(input_ids=ids, attention_mask=am).logits
@@ -64,7 +64,7 @@ def test_without_our_mask_function_the_padding_would_be_lost():
 
 
 def test_greedy_generate_gives_the_same_tokens():
-    model = build_gpt_oss("tiny", attn_implementation="eager", seed=1)
+    model = build_gpt_oss("micro", attn_implementation="eager", seed=1)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, model.config.vocab_size, (2, 30), generator=g)
     am = torch.ones_like(ids)

@@ -9,7 +9,7 @@ from .conftest import SMALL_CASE, SMALL_SEQ
 
 
 def test_eager_is_quadratic_blocked_and_flex_linear():
-    cfg = gpt_oss_config("small", num_hidden_layers=2)
+    cfg = gpt_oss_config("tiny", num_hidden_layers=2)
     eager = [attention_memory(cfg, "eager", n).total_bytes for n in (4096, 8192)]
     blocked = [attention_memory(cfg, "blocked", n).total_bytes for n in (4096, 8192)]
     flex = [attention_memory(cfg, "flex", n).total_bytes for n in (4096, 8192)]

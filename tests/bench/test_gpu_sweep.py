@@ -8,7 +8,7 @@ pytestmark = pytest.mark.cuda
 
 
 def test_cuda_sweep_flex_against_eager():
-    sweep = run_memory_sweep(["eager", "flex"], [1024, 2048], config="tiny", dtype="bfloat16", device="cuda",
+    sweep = run_memory_sweep(["eager", "flex"], [1024, 2048], config="micro", dtype="bfloat16", device="cuda",
                              warmup=1, steps=2, progress=None)
     assert all(p.status == "ok" for p in sweep.points), [(p.backend, p.seq, p.note) for p in sweep.points]
     assert all(p.reserved_gb >= p.peak_gb > 0 for p in sweep.points)
@@ -18,6 +18,6 @@ def test_cuda_sweep_flex_against_eager():
 
 
 def test_cuda_out_of_memory_is_recorded():
-    sweep = run_memory_sweep(["eager"], [4096], config="tiny", device="cuda", budget_gb=0.01, warmup=0, steps=1,
+    sweep = run_memory_sweep(["eager"], [4096], config="micro", device="cuda", budget_gb=0.01, warmup=0, steps=1,
                              progress=None)
     assert sweep.points[0].status == "oom", sweep.points[0].note

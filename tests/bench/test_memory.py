@@ -59,15 +59,15 @@ def test_csv_and_markdown(small_sweep, tmp_path):
     # the reduction is computed from the unrounded peaks (the CSV's peaks are rounded)
     pe, pb = (small_sweep.point(b, SMALL_SEQ).peak_gb for b in ("eager", "blocked"))
     assert rows[1]["reduction_vs_eager"] == f"{100 * (pb / pe - 1):+.1f}%"
-    assert rows[0]["config"] == "tiny" and rows[0]["torch"].startswith("2.") and "CPU" in rows[0]["device_name"]
+    assert rows[0]["config"] == "micro" and rows[0]["torch"].startswith("2.") and "CPU" in rows[0]["device_name"]
     md = md_path.read_text()
     assert "| seq | backend | peak GB | step s | status | vs eager | analytic attn GB |" in md
-    assert md.startswith("Device: CPU") and "torch 2." in md and "Config: tiny" in md
+    assert md.startswith("Device: CPU") and "torch 2." in md and "Config: micro" in md
     assert f"| {SMALL_SEQ} | blocked |" in md and rows[1]["reduction_vs_eager"] in md
 
 
 def test_cli_flex_on_cpu_is_unsupported_not_a_crash(tmp_path, capsys):
-    assert main(["memory", "--backends", "flex", "--seq", "128,256", "--config", "tiny", "--out", str(tmp_path)]) == 0
+    assert main(["memory", "--backends", "flex", "--seq", "128,256", "--config", "micro", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "UNSUPPORTED" in out and "Analytic attention memory" in out
     with open(tmp_path / "table2_memory.csv") as f:

@@ -15,21 +15,25 @@ def test_schema_shape():
         f = s["function"]
         assert s["type"] == "function" and f["description"]
         params = f["parameters"]
-        assert params["type"] == "object" and set(params["required"]) == set(params["properties"])
+        assert params["type"] == "object" and set(params.get("required", [])) == set(params["properties"])
         assert all(p["description"] for p in params["properties"].values())
     items = next(s for s in schemas if s["function"]["name"] == "modify_pending_order_items")
     assert items["function"]["parameters"]["properties"]["item_ids"]["type"] == "array"
 
 
+def _without_descriptions(schema):
+    if isinstance(schema, dict):
+        return {k: _without_descriptions(v) for k, v in schema.items() if k != "description"}
+    return schema
+
+
 @needs_tau2_data
-def test_matches_tau2_names_arguments_and_types():
+def test_parameters_equal_tau2s_but_for_our_descriptions():
+    """Names, argument order, types, titles and required lists: exactly tau2's schemas."""
     ref = {t["name"]: t["openai_schema"]["function"]
            for t in json.loads((TAU2_DATA.parent / "tools_schema.json").read_text())}
     mine = {s["function"]["name"]: s["function"] for s in tool_schemas()}
-    assert set(ref) == set(mine)
+    assert list(ref) == list(mine)
     for name, f in ref.items():
-        props = f["parameters"]["properties"]
-        assert list(mine[name]["parameters"]["properties"]) == list(props), name
-        assert mine[name]["parameters"]["required"] == f["parameters"].get("required", []), name
-        for arg, spec in props.items():
-            assert mine[name]["parameters"]["properties"][arg]["type"] == spec["type"], (name, arg)
+        assert list(mine[name]["parameters"]["properties"]) == list(f["parameters"]["properties"]), name
+        assert _without_descriptions(mine[name]["parameters"]) == _without_descriptions(f["parameters"]), name

@@ -1,7 +1,10 @@
 """The committed synthetic set is regenerated bit for bit by its generator; its content is sane."""
 
 import json
+import random
 from collections import Counter
+
+import pytest
 
 from sinkflex_lib.envs.data import RETAIL_SUBDIR
 from sinkflex_lib.paths import MINI_DIR
@@ -29,3 +32,20 @@ def test_seed_changes_data_and_content_is_sane():
     assert sum(bool(t["evaluation_criteria"]["communicate_info"]) for t in tasks) >= 40
     assert all(len(text) < 1_000_000 for text in files.values())
     assert "10 product types" in files["policy.md"]
+
+
+def test_check_raises_on_a_broken_task():
+    from sinkflex_lib.envs.db import BaseDB
+    from sinkflex_lib.envs.synthetic import GenerationError, _check, build_db
+
+    db = build_db(random.Random(0), n_users=4)
+    base = BaseDB(db)
+    fresh = base.episode().hash()
+    order = next(o for o in db["orders"].values() if o["status"] == "pending")
+    cancel = {"name": "cancel_pending_order", "arguments": {"order_id": order["order_id"], "reason": "no longer needed"}}
+    look = {"name": "get_order_details", "arguments": {"order_id": order["order_id"]}}
+    _check(base, fresh, "cancel", [look, cancel], None)               # a good task passes
+    with pytest.raises(GenerationError, match="fails"):
+        _check(base, fresh, "cancel", [{**cancel, "arguments": {**cancel["arguments"], "reason": "bored"}}], None)
+    with pytest.raises(GenerationError, match="would fail"):
+        _check(base, fresh, "refuse", [look], {**look, "arguments": {"order_id": "#W0"}})

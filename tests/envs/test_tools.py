@@ -38,6 +38,13 @@ def test_unknown_tool_and_bad_arguments(tiny_db):
     out, err = call_tool(tiny_db, "return_delivered_order_items",
                          {"order_id": "#W3", "item_ids": "s_red", "payment_method_id": "paypal_1"})
     assert err and "list of strings" in out
+    out, err = call_tool(tiny_db, "get_order_details", {"order_id": 3})    # no coercion of a number
+    assert err and out == "Error: get_order_details() argument 'order_id' must be a string", out
+    out, err = call_tool(tiny_db, "return_delivered_order_items",
+                         {"order_id": "#W3", "item_ids": ["s_red", 7], "payment_method_id": "paypal_1"})
+    assert err and "'item_ids' must be a list of strings" in out
+    assert call_tool(tiny_db, "get_order_details", ["#W1"]) == (
+        "Error: arguments of get_order_details must be an object, got list", True)
 
 
 def test_find_user(tiny_db):

@@ -18,7 +18,7 @@ def test_lora_trains_only_the_adapter(tmp_path):
         cfg = TrainConfig.from_profile("smoke", steps=1, threads=1)
         # smoke rewards are all 0: TRL's entropy bonus makes the update non-empty
         res = train_trl(cfg, tmp_path, seed=0, lora_r=4, log=lambda m: None, entropy_coef=0.01)
-        model = res["policy"].model
+        model = res.policy.model
         warm = build_policy(cfg.policy, seed=0, **cfg.policy_overrides)
         load_warm_start(warm, tmp_path / "warm_start")
         episode = rollout_batch(warm, [("cancel_000", 0)], cfg.rollout_config(), torch.Generator().manual_seed(0))
@@ -31,7 +31,7 @@ def test_lora_trains_only_the_adapter(tmp_path):
             on = model(**inputs).logits
     finally:
         torch.set_num_threads(threads)
-    assert res["policy"].lora
+    assert res.policy.lora
     torch.testing.assert_close(off, want, rtol=1e-5, atol=1e-5)     # base weights untouched
     assert (on - want).abs().max() > 1e-4                           # the adapter learned something
     trained = [n for n, p in model.named_parameters() if p.requires_grad]

@@ -109,3 +109,43 @@ def test_select_step_takes_the_latest_base_in_the_band():
     assert pt.select_step(rows)["step"] == 3 and pt.select_step(rows)["in_band"]
     rows = [rows[0], rows[1], {**rows[4], "mean_at_1": 0.05, "write_mean_at_1": 0.0}]
     assert pt.select_step(rows)["step"] == 4 and not pt.select_step(rows)["in_band"]
+
+
+def test_a_second_stage_starts_from_the_first_and_its_totals_add_up(tmp_path):
+    with torch.random.fork_rng():
+        pt.pretrain(SMOKE, tmp_path / "a", log=lambda m: None)
+        init = pt.last_step_dir(str(tmp_path / "a"))
+        assert init == str(tmp_path / "a" / f"step_{SMOKE.steps}")
+        frozen = pt.PretrainConfig(**{**pt.PROFILES["smoke"], "init": init, "lr": 0.0, "steps": 2, "eval_every": 2})
+        pt.pretrain(frozen, tmp_path / "b", seed=1, log=lambda m: None)
+    start = load_file(f"{init}/model.safetensors")
+    after = load_file(str(tmp_path / "b" / "step_2" / "model.safetensors"))   # lr 0: the init's weights
+    assert start.keys() == after.keys() and all(torch.equal(start[k], after[k]) for k in start)
+    totals = pt.run_totals(tmp_path / "b", 2)
+    a_rows = [r for r in map(json.loads, (tmp_path / "a" / "metrics.jsonl").read_text().splitlines())
+              if r["kind"] == "train"]
+    assert [s["run"] for s in totals["stages"]] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert totals["stages"][0]["tokens_seen"] == sum(r["tokens"] for r in a_rows)
+    assert totals["tokens_seen"] == sum(s["tokens_seen"] for s in totals["stages"])
+    assert totals["stages"][1]["worlds"][0] == pt.train_world(1, 0)
+    with pytest.raises(FileNotFoundError):
+        pt.last_step_dir(_empty_run(tmp_path))
+
+
+def _empty_run(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "metrics.jsonl").write_text("")
+    return str(tmp_path / "empty")
+
+
+def test_mixed_induction_comes_after_the_induction_phase_and_apart_from_it(micro_policy):
+    cfg = pt.PretrainConfig(**{**pt.PROFILES["smoke"], "induction_mix": 3})
+    stream = pt.EpisodeStream(micro_policy, cfg, 0)
+    assert stream.mixed_induction(0) == []                                   # step 0 is the induction phase
+    mixed = stream.mixed_induction(cfg.induction_steps)
+    s = cfg.induction_steps
+    assert [r.ids for r in mixed] == [stream.induction(s, cfg.induction_batch + i).ids for i in range(3)]
+    again = pt.EpisodeStream(micro_policy, cfg, 0).mixed_induction(s)
+    assert [r.ids for r in mixed] == [r.ids for r in again]
+    off = pt.EpisodeStream(micro_policy, pt.PretrainConfig(**{**pt.PROFILES["smoke"], "induction_mix": 0}), 0)
+    assert off.mixed_induction(cfg.induction_steps) == []

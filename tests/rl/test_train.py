@@ -192,4 +192,5 @@ def test_summary_of_a_harmony_result_leaves_the_policy_out():
     from sinkflex_lib.rl.policy import build_policy
 
     res = train_mod.TrainResult("out", "cpu", 1.0, 0.0, 0.5, build_policy("micro", format="harmony"))
-    assert res.summary() == {"out_dir": "out", "device": "cpu", "seconds": 1.0, "val_start": 0.0, "val_end": 0.5}
+    assert res.summary() == {"out_dir": "out", "device": "cpu", "seconds": 1.0, "val_start": 0.0, "val_end": 0.5,
+                             "processes": 1}

@@ -107,9 +107,9 @@ def main(argv=None) -> int:
         res = train_trl(cfg, args.out, seed=args.seed, warm_start_dir=args.warm_start, decode=args.decode,
                         lora_r=args.lora_r, log=_print, **grpo_over)
         if state.is_main_process:     # with LoRA: the adapter only
-            res["policy"].model.save_pretrained(f"{args.out}/final")
-            res["policy"].tokenizer.save_pretrained(f"{args.out}/final")
-            _print(json.dumps({k: v for k, v in res.items() if k != "policy"}))
+            res.policy.model.save_pretrained(f"{args.out}/final")
+            res.policy.tokenizer.save_pretrained(f"{args.out}/final")
+            _print(json.dumps(res.summary()))
         state.wait_for_everyone()     # not on an error: the failing rank must exit for torchrun to stop the rest
     finally:
         if state.use_distributed:

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import inspect
 import json
 
 from ...envs import STOP_TOKEN, TOOL_NAMES, RetailEnv, tool_schemas
 from ...envs.env import GREETING
-from ...envs.tools import TOOL_FUNCTIONS
+from ...envs.tools import ARGUMENTS, TOOL_FUNCTIONS
 from ...rl.chat import compact_json, compact_system_prompt, split_observation
 from ...rl.rollout import RolloutConfig
 from .chat import USER_TOOL
@@ -44,8 +43,9 @@ ENV_RULES = (" Talk to the customer only through send_message_to_user(message); 
              "a turn without a tool call ends the conversation.")
 
 
-class RetailToolEnv:
-    """One `RetailEnv` episode behind TRL's environment_factory protocol (module docstring).
+class _ToolEpisode:
+    """One `RetailEnv` episode behind TRL's environment_factory protocol, without the 16
+    retail tools (`RetailToolEnv` adds them as methods).
 
     source, max_turns: as `RetailEnv(source, max_steps=max_turns)`. Public methods are tools.
     """
@@ -92,12 +92,11 @@ class RetailToolEnv:
 
 
 def _tool_method(name: str):
-    """A RetailToolEnv method for tool `name`: its signature and docstring, one env step."""
-    fn = TOOL_FUNCTIONS[name]
-    params = inspect.signature(fn).parameters
-    lists = {p for p, v in params.items() if v.annotation in ("list[str]", list[str])}
+    """A method for tool `name`: its signature and docstring, one env step."""
+    props = ARGUMENTS[name].model_json_schema().get("properties", {})
+    lists = {arg for arg, spec in props.items() if spec["type"] == "array"}
 
-    @functools.wraps(fn)
+    @functools.wraps(TOOL_FUNCTIONS[name])
     def method(self, **arguments):
         for key in lists & arguments.keys():
             if isinstance(arguments[key], str):     # the response template gives list literals raw
@@ -110,8 +109,9 @@ def _tool_method(name: str):
     return method
 
 
-for _name in TOOL_NAMES:
-    setattr(RetailToolEnv, _name, _tool_method(_name))
+RetailToolEnv = type("RetailToolEnv", (_ToolEpisode,), {
+    "__doc__": "One `RetailEnv` episode as a TRL environment: `_ToolEpisode` and the 16 retail tools as methods.",
+    **{name: _tool_method(name) for name in TOOL_NAMES}})
 
 
 def env_system_prompt() -> str:

@@ -33,7 +33,7 @@ from ...models import ensure_registered
 from ...rl.policy import Policy, build_policy, lora_config
 from ...rl.runstate import append_metrics, read_metrics
 from ...rl.config import TrainConfig
-from ...rl.train import train, validate, validation_tasks
+from ...rl.train import TrainResult, train, validate, validation_tasks
 from .chat import prepare_tokenizer
 from .config import grpo_config
 from .rollout import RetailRollout, env_reward, generation_model, updates_per_step
@@ -202,12 +202,12 @@ def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decod
 
 
 def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, decode: str = "batch",
-              lora_r: int | None = None, log=print, **grpo_overrides) -> dict:
+              lora_r: int | None = None, log=print, **grpo_overrides) -> TrainResult:
     """Warm start (or load `warm_start_dir`), then GRPO on TRL's GRPOTrainer (module docstring).
 
     Works in one process and under torchrun / accelerate launch (one policy per process, DDP).
-    Returns {"out_dir", "val_start", "val_end", "seconds", "processes", "policy"} (the trained
-    policy; with LoRA its model is the peft model).
+    Returns a `TrainResult` (the trained policy's model is the peft model with LoRA; the
+    validation values are NaN on ranks other than the main one).
     """
     if cfg.chat_format == "harmony" or cfg.lora or cfg.dtype != "float32":
         raise ValueError("the TRL path speaks the compact chat format in float32 (use --lora-r for LoRA); "
@@ -244,6 +244,7 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
     policy = Policy(trainer.accelerator.unwrap_model(trainer.model), policy.tokenizer, policy.name,
                     lora=bool(lora_r))
     vals = [r for r in read_metrics(out_dir) if r["kind"] == "val"] if state.is_main_process else []
-    return {"out_dir": str(out_dir), "processes": state.num_processes, "seconds": time.perf_counter() - t0,
-            "val_start": vals[0]["val_reward"] if vals else math.nan,
-            "val_end": vals[-1]["val_reward"] if vals else math.nan, "policy": policy}
+    return TrainResult(out_dir=str(out_dir), device=str(state.device), seconds=time.perf_counter() - t0,
+                       val_start=vals[0]["val_reward"] if vals else math.nan,
+                       val_end=vals[-1]["val_reward"] if vals else math.nan, policy=policy,
+                       processes=state.num_processes)
