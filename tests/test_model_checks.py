@@ -48,7 +48,7 @@ def _register_variant(name, drop):
 @pytest.mark.parametrize("drop, lengths", [("sliding_window", [20, 20]), ("mask", [20, 13])])
 def test_detects_a_different_attention(drop, lengths):
     """The check sees a model whose attention differs in one respect: no sliding window (a batch
-    longer than the tiny config's window of 16, no padding), or no padding mask (a left-padded
+    longer than the micro config's window of 16, no padding), or no padding mask (a left-padded
     row whose real tokens then attend to the pads)."""
     _register_variant(f"test-no-{drop}", drop)
     ids, mask = padded_batch(lengths, 20, 256, ["left", "left"])

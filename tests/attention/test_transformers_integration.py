@@ -1,4 +1,4 @@
-"""A tiny gpt-oss with "sinkflex" attention against transformers' own eager gpt-oss path."""
+"""The micro gpt-oss with "sinkflex" attention against transformers' own eager gpt-oss path."""
 
 import pytest
 import torch

@@ -4,7 +4,7 @@ import pytest
 
 from sinkflex_lib.bench import run_memory_sweep
 
-# tiny config, 2 layers (one sliding, one full), batch 1, N = 2048: eager's N x N tensors
+# micro config, 2 layers (one sliding, one full), batch 1, N = 2048: eager's N x N tensors
 # (~67 MB each) dominate its step, so the analytic model can be checked against it.
 SMALL_CASE = dict(config="micro", layers=2, batch=1, dtype="float32", device="cpu", warmup=0, steps=1)
 SMALL_SEQ = 2048
