@@ -7,12 +7,14 @@ real ones. The reference is our worker (`rollout_batch`) and `grpo_loss` on `tok
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from sinkflex_lib.envs import RetailEnv
 from sinkflex_lib.grpo import group_advantages, grpo_loss
-from sinkflex_lib.integrations.trl import make_trainer, task_seed
+from sinkflex_lib.integrations.trl import make_trainer, play, task_seed, to_trl
 from sinkflex_lib.integrations.trl.rollout import sampling_seed
 from sinkflex_lib.rl.chat import PAD
 from sinkflex_lib.rl.policy import build_policy
@@ -63,13 +65,14 @@ def trl_batch(out, pad_id):
             "sampling_logps": pad(t(out["logprobs"], torch.float32), padding_value=0.0, padding_side="right")}
 
 
-def trl_logps(trainer, batch):
-    """TRL's per-token log-probs of the completions (its fused-head forward)."""
+def trl_logps(trainer, batch, model=None):
+    """TRL's per-token log-probs of the completions (its fused-head forward) under `model`
+    (default: the trainer's)."""
     input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     with torch.no_grad():
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, input_ids, attention_mask, batch["completion_ids"].shape[1])
+            trainer.model if model is None else model, input_ids, attention_mask, batch["completion_ids"].shape[1])
     return logps
 
 
@@ -104,8 +107,8 @@ def test_rollout_func_returns_our_workers_episodes(setup, decode):
 
 def test_trl_rescoring_equals_sampling_for_both_decode_modes(setup):
     """TRL rescores the pad-free sequence. Per-episode decoding has no pads; batched decoding
-    has pads inside the episodes, but the sliding window (64 here) counts real keys only, so
-    both decodes' sampling log-probs equal TRL's up to float rounding."""
+    has pads inside the episodes, but the sliding window (the micro policy's 16) counts real keys
+    only, so both decodes' sampling log-probs equal TRL's up to float rounding."""
     cfg, policy, trainer = setup
     gaps = {}
     for decode in ("episode", "batch"):
@@ -113,9 +116,37 @@ def test_trl_rescoring_equals_sampling_for_both_decode_modes(setup):
         out = trainer.rollout_func(PROMPTS, trainer)
         batch = trl_batch(out, policy.token_id(PAD))
         m = (batch["completion_mask"] * batch["tool_mask"]).bool()
-        assert max(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])) > 64
+        assert max(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])) > \
+            policy.model.config.sliding_window
         gaps[decode] = (trl_logps(trainer, batch) - batch["sampling_logps"])[m].abs().max().item()
     assert gaps["episode"] < 1e-5 and gaps["batch"] < 1e-5, gaps
+
+
+@pytest.mark.parametrize("decode", ["episode", "batch"])
+def test_trl_rescoring_of_a_harmony_batch_equals_sampling(setup, decode):
+    """The same check on gpt-oss's own format: a micro policy with Harmony's real vocabulary
+    (201,088 ids) plays two episodes with our worker; TRL's rescoring function, given that
+    model and the pad-free episodes, returns the sampling log-probs, and so does our
+    `token_logprobs` (the GRPO update's)."""
+    pytest.importorskip("openai_harmony")
+    cfg, _, trainer = setup
+    from trl.trainer.utils import add_fused_lm_head
+
+    policy = build_policy("micro", format="harmony", seed=SEED)
+    policy.chat.instructions = "You are a retail agent."          # a short developer message: a cheaper test
+    specs = [(p, task_seed(SEED, 1, p)) for p in ("cancel_000", "return_001")]
+    rollout = dataclasses.replace(cfg.rollout_config(), max_tokens=4096)
+    rows = play(policy, specs, rollout, torch.Generator().manual_seed(SEED), decode)
+    batch = trl_batch(to_trl(rows), policy.pad_id)
+    m = (batch["completion_mask"] * batch["tool_mask"]).bool()
+    assert m.sum() > 0
+    ours = collate(rows, policy.pad_id)
+    ours_logp, _ = token_logprobs(policy.model, ours)
+    ours_gap = (ours_logp - ours["old_logp"])[ours["mask"].bool()].abs().max().item()
+    # TRL's rescoring runs through the fused LM head it adds to a trainer's model; add it as TRL does
+    add_fused_lm_head(policy.model, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
+    trl_gap = (trl_logps(trainer, batch, policy.model) - batch["sampling_logps"])[m].abs().max().item()
+    assert trl_gap < 1e-5 and ours_gap < 1e-5, (trl_gap, ours_gap)
 
 
 AGG = {"bnpo": "token-mean", "dapo": "token-mean", "grpo": "seq-mean-token-mean",
