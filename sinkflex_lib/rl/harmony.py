@@ -34,6 +34,7 @@ vocabulary file, taken from a local gpt-oss directory when it has one, else from
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
@@ -101,6 +102,42 @@ def harmony_encoding(model_dir: str | os.PathLike | None = None):
         os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(_vocabulary_folder(model_dir))
         _ENCODING = oh.load_harmony_encoding(oh.HarmonyEncodingName.HARMONY_GPT_OSS)
     return _ENCODING
+
+
+# tiktoken's o200k_base pre-tokenization pattern (the regex openai-harmony's encoding splits text with)
+O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""", r"""\s+"""])
+
+
+def harmony_tokenizer(model_dir: str | os.PathLike | None = None):
+    """o200k_harmony as a Hugging Face fast tokenizer (what a gpt-oss directory ships as
+    tokenizer.json), built offline from the checked o200k_base file and openai-harmony's special
+    tokens at their ids: for a processing class (TRL) or a test directory. Encodes as
+    :func:`harmony_encoding` (tests/rl/test_harmony.py). Built in a few seconds, then cached
+    next to the vocabulary file."""
+    from transformers import PreTrainedTokenizerFast
+
+    folder = _vocabulary_folder(model_dir)
+    cached = folder / "o200k_harmony_tokenizer.json"
+    if not cached.is_file():
+        from transformers.convert_slow_tokenizer import TikTokenConverter
+
+        class _FromFile(TikTokenConverter):
+            @staticmethod
+            def load_tiktoken_bpe(path):     # tiktoken's file format: "<base64 token> <rank>" per line
+                return {base64.b64decode(tok): int(rank)
+                        for tok, rank in (line.split() for line in Path(path).read_bytes().splitlines() if line)}
+
+        enc = harmony_encoding(model_dir)
+        specials = sorted(enc.special_tokens_set, key=lambda t: enc.encode(t, allowed_special="all")[0])
+        tok = _FromFile(vocab_file=str(folder / O200K_FILE), pattern=O200K_PATTERN,
+                        extra_special_tokens=specials).converted()
+        tmp = cached.with_suffix(f".tmp{os.getpid()}")
+        tok.save(str(tmp))
+        tmp.replace(cached)
+    return PreTrainedTokenizerFast(tokenizer_file=str(cached), pad_token="<|endoftext|>")
 
 
 def function_tools(schemas: list[dict]) -> list:

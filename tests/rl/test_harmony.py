@@ -154,3 +154,38 @@ def test_forced_oracle_tokens_solve_every_real_tau2_task(fmt, monkeypatch):
         (r,) = rollout_batch(policy, [(task_id, 0)], cfg)
         assert r.reward == 1.0, (task_id, r.end_reason, r.reward_info)
         assert [t for t, m in zip(r.ids, r.mask) if m] == script
+
+
+def test_the_hf_tokenizer_encodes_as_openai_harmony(fmt):
+    tok = harmony.harmony_tokenizer()
+    text = ("Order #W2378156: luis.okafor3544@example.com, 3 items.\n\n  Hello   world's café "
+            "<|start|>assistant<|channel|>final<|message|>Done.<|return|>")
+    assert tok(text, add_special_tokens=False)["input_ids"] == fmt.enc.encode(text, allowed_special="all")
+    for special in ("<|start|>", "<|end|>", "<|call|>", "<|return|>", "<|endoftext|>"):
+        assert tok.convert_tokens_to_ids(special) == fmt.enc.encode(special, allowed_special="all")[0]
+    assert tok.pad_token_id == fmt.pad_id
+
+
+@pytest.fixture(scope="module")
+def gpt_oss_dir(tmp_path_factory):
+    """A local directory shaped like a gpt-oss checkpoint: random micro weights with the real
+    Harmony vocabulary, and o200k_harmony's tokenizer.json."""
+    from sinkflex_lib.rl.policy import build_policy
+
+    folder = tmp_path_factory.mktemp("gpt-oss-micro")
+    build_policy("micro", format="harmony", seed=0).model.save_pretrained(folder)
+    harmony.harmony_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_a_local_gpt_oss_directory_speaks_harmony_and_the_evaluate_command_runs_it(gpt_oss_dir, capsys):
+    from sinkflex_lib.rl.evaluate import main
+    from sinkflex_lib.rl.policy import build_policy
+
+    policy = build_policy(str(gpt_oss_dir))
+    assert isinstance(policy.chat, harmony.HarmonyFormat)
+    assert len(policy.tokenizer) == len(harmony.harmony_tokenizer())     # no role tokens added
+    assert main(["--policy", str(gpt_oss_dir), "--world-seed", "0", "--tasks", "2", "--max-turns", "2",
+                 "--max-new-tokens", "8", "--max-tokens", "4096", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["n_tasks"] == 2 and res["mean_at_1"] == 0.0     # random weights: garbage turns
