@@ -134,6 +134,10 @@ def harmony_tokenizer(model_dir: str | os.PathLike | None = None):
         specials = sorted(enc.special_tokens_set, key=lambda t: enc.encode(t, allowed_special="all")[0])
         tok = _FromFile(vocab_file=str(folder / O200K_FILE), pattern=O200K_PATTERN,
                         extra_special_tokens=specials).converted()
+        wrong = [t for t in specials if tok.token_to_id(t) != enc.encode(t, allowed_special="all")[0]]
+        if wrong:   # the converter numbers added tokens in order after the vocabulary: ids must be contiguous
+            raise ValueError(f"{len(wrong)} Harmony special tokens would get other ids than openai-harmony's, "
+                             f"e.g. {wrong[:3]}")
         tmp = cached.with_suffix(f".tmp{os.getpid()}")
         tok.save(str(tmp))
         tmp.replace(cached)

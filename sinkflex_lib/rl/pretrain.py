@@ -343,13 +343,18 @@ def select_step(rows: list[dict]) -> dict:
     return {**(ok[-1] if ok else evals[-1]), "in_band": bool(ok)}
 
 
+def config_of_run(row: dict) -> PretrainConfig:
+    """The PretrainConfig a run's "config" row records (fields the code no longer has are dropped)."""
+    fields = {k: v for k, v in row.items() if k in PretrainConfig.__dataclass_fields__ and k != "rollout"}
+    return PretrainConfig(**fields, rollout=RolloutConfig(**row["rollout"]))
+
+
 def run_totals(out_dir, step: int) -> dict:
     """Data, tokens seen and wall time of run `out_dir` up to `step`, with those of the run it
     started from (`init` = <run>/step_<N>/) added, stage by stage: a base's whole history."""
     rows = read_metrics(out_dir, log=lambda m: None)
     conf = rows[0]
-    cfg = PretrainConfig(**{k: v for k, v in conf.items() if k in PretrainConfig.__dataclass_fields__
-                            and k != "rollout"})
+    cfg = config_of_run(conf)
     upto = [r for r in rows if r.get("step", 0) <= step and r["kind"] in ("train", "eval")]
     examples = episodes_before(cfg, step)
     stage = {"run": str(out_dir), "step": step, "seed": conf["seed"], "init": cfg.init,
@@ -378,8 +383,7 @@ def ship(out_dir, dest, seed: int, command: str) -> Path:
     conf = rows[0]
     chosen = select_step(rows)
     step = chosen["step"]
-    cfg = PretrainConfig(**{k: v for k, v in conf.items() if k in PretrainConfig.__dataclass_fields__
-                            and k != "rollout"}, rollout=RolloutConfig(**conf["rollout"]))
+    cfg = config_of_run(conf)
     src = world_source("eval", cfg.eval_world_seed)
     policy = build_policy(str(out_dir / f"step_{step}"))
     evaluation = {k: v for k, v in evaluate_policy(policy, src, balanced_task_ids(src, EVAL_TASKS),
