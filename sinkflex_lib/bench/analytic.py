@@ -14,10 +14,11 @@ row max); the model counts `EAGER_TRANSIENT_COPIES` = 2 of them at the peak, so
 
 blocked (our tiled autograd function) keeps q, k, v, the output and the float32 LSE per layer,
 and recomputes each tile's probabilities in backward. Its working set is one tile of scores,
-probabilities and their gradients: about 4 * B*Hq*T*K float32 values, with K the keys a tile sees
-(N for a full layer, W + T for a sliding one), so
+probabilities and their gradients: about 4 * B'*Hq*T*K float32 values, with K the keys a tile sees
+(N for a full layer, W + T for a sliding one) and B' the batch rows of one chunk
+(`blocked.batch_chunk`: as many as fit 2**21 scores, at least one), so
 
-    blocked ~  L * B*N*((2*Hq + 2*Hkv)*D*b + 4*Hq)  +  4 * B*Hq*T*K*4  +  O(N)    linear in N.
+    blocked ~  L * B*N*((2*Hq + 2*Hkv)*D*b + 4*Hq)  +  4 * B'*Hq*T*K*4  +  O(N)    linear in N.
 
 flex (FlexAttention on CUDA) saves the same O(N) tensors; its tiles live in on-chip memory.
 
@@ -29,9 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..attention.blocked import DEFAULT_TILE, batch_chunk
+
 EAGER_TRANSIENT_COPIES = 2  # P-sized tensors beside the saved ones at the peak of one layer
-BLOCKED_TILE_TENSORS = 4    # s, p, dp, ds for one tile (float32)
-DEFAULT_TILE = 128
+BLOCKED_TILE_TENSORS = 4    # s/p, dp/ds, p * dp and a transposed copy for one tile chunk (float32)
 
 
 @dataclass(frozen=True)
@@ -77,5 +79,6 @@ def attention_memory(config, backend: str, seq: int, batch: int = 1, dtype_bytes
     if backend == "flex":
         return AttentionMemory(backend, n, saved, 0)
     keys = n if "full_attention" in layer_types or not window else min(n, window + tile)
-    transient = BLOCKED_TILE_TENSORS * bsz * hq * min(tile, n) * keys * 4
+    rows = hq * min(tile, n)
+    transient = BLOCKED_TILE_TENSORS * batch_chunk(bsz, rows, keys) * rows * keys * 4
     return AttentionMemory(backend, n, saved, transient)

@@ -273,6 +273,8 @@ def _evaluate_and_keep(policy, cfg: PretrainConfig, out_dir: Path, step: int, lo
 def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, log=print,
              stop_after: int | None = None) -> Path:
     """Pretrain `cfg.policy` (see module docstring); returns the run folder."""
+    from ..reproduce import git_commit
+
     out_dir = Path(out_dir)
     ckpt, metrics = out_dir / "checkpoint", out_dir / "metrics.jsonl"
     torch.manual_seed(seed)
@@ -291,6 +293,7 @@ def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, 
         out_dir.mkdir(parents=True, exist_ok=True)
         metrics.write_text("")
         append_metrics(metrics, {"kind": "config", "step": 0, "parameters": num_parameters(policy.model), **conf})
+    append_metrics(metrics, {"kind": "session", "step": start, "git": git_commit()})   # the code of steps >= start
     stream, pad_id = EpisodeStream(policy, cfg, seed), policy.pad_id
     t0, tokens = time.perf_counter(), 0
     last = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
@@ -361,6 +364,8 @@ def run_totals(out_dir, step: int) -> dict:
              "worlds": [train_world(conf["seed"], 0),
                         train_world(conf["seed"], max(0, examples - 1) // cfg.episodes_per_world)],
              "episodes": examples, "episodes_per_world": cfg.episodes_per_world,
+             "code": [{"from_step": r["step"], **r["git"]} for r in rows
+                      if r["kind"] == "session" and r["step"] <= step],   # the commit of each (re)start
              "tokens_seen": sum(r.get("tokens", 0) for r in upto if r["kind"] == "train"),
              "wall_time_s": sum(r.get("seconds", 0.0) for r in upto)}
     init = Path(cfg.init) if cfg.init else None

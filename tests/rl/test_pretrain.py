@@ -84,9 +84,14 @@ def test_smoke_run_resumes_bit_identically_on_one_thread(tmp_path):
         torch.set_num_threads(threads)
     wa, wb = (load_file(str(tmp_path / x / "checkpoint" / "model.safetensors")) for x in "ab")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    drop = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    drop = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows  # noqa: E731
+                         if r["kind"] != "session"]
     ra, rb = ([json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()] for d in "ab")
     assert drop(ra) == drop(rb) and [r["kind"] for r in ra].count("eval") == 3
+    # each (re)start records the code it ran, and the totals list them
+    assert [r["step"] for r in rb if r["kind"] == "session"] == [0, 2]
+    code = pt.run_totals(tmp_path / "b", 4)["stages"][-1]["code"]
+    assert [c["from_step"] for c in code] == [0, 2] and all("commit" in c and "dirty" in c for c in code)
     assert [r["phase"] for r in ra if r["kind"] == "train"] == ["induction"] + ["copy"] * 2 + ["episodes"] * 2
     assert (tmp_path / "a" / "step_4" / "config.json").is_file()
 
