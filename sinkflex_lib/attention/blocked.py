@@ -97,9 +97,10 @@ class _Tiles:
         if self.kpm is None:
             visible = self.mask.visible(tpos[:, None], kpos[None, :])  # (T, S)
         else:
+            sel = slice(*ranges[0]) if len(ranges) == 1 else kpos   # a slice where the keys are contiguous
             pos = self.pos[b0:b1]
-            visible = self.mask.visible(tpos[:, None], kpos[None, :], pos[:, t0:t1, None], pos[:, None, kpos])
-            visible = visible & self.kpm[b0:b1, None, kpos]  # (b, T, S)
+            visible = self.mask.visible(tpos[:, None], kpos[None, :], pos[:, t0:t1, None], pos[:, None, sel])
+            visible = visible & self.kpm[b0:b1, None, sel]  # (b, T, S)
         hidden_cols = (~visible).flatten(0, -2).any(0) if visible.dim() == 3 else (~visible).any(0)
         where = hidden_cols.nonzero()
         cols = (0, 0) if where.numel() == 0 else (int(where[0]), int(where[-1]) + 1)

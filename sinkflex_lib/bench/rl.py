@@ -5,15 +5,18 @@
 Rows of the table (all on the same policy weights):
 
 - ``rollout (ours)``: `rollout_batch` over B episodes of a training world (sampled, T = 1, fixed
-  seed): sampled tokens per second and milliseconds per batched decode forward, with the
-  share of the rollout time spent in model forwards, in sampling and in the environment plus
-  observation tokenization;
+  seed): sampled tokens per second, milliseconds per batched decode forward, the mean KV-cache
+  slots a forward attends over, and the share of the rollout time spent in model forwards, in
+  sampling and in the environment plus observation tokenization;
+- ``rollout, <option> off``: the same with one speed option of `RolloutConfig` switched off
+  (and with all of them off): what each is worth;
 - ``generate() (transformers)``: transformers' `generate()` with its KV cache from the same
   B first prompts (left-padded), `max_new_tokens` new tokens each, no environment: its tokens
   per second and milliseconds per forward (the comparable part of a rollout: decoding);
-- ``update, <attention>``: forward and backward of the GRPO loss (random advantages) on the
-  pad-free episodes just rolled out, for the sinkflex attention and transformers' eager one:
-  tokens per second (timed twice, the faster kept).
+- ``update T=<n>, <attention>``: forward and backward of the GRPO loss (random advantages) on
+  the pad-free episodes just rolled out, cut to their first n tokens, in the trainer's
+  minibatches, for the sinkflex attention and transformers' eager one: tokens per second
+  (timed twice, the faster kept), at lengths up to the longest episode.
 
 The last lines give the ratios, the device and the versions; `--out DIR` writes
 DIR/bench_rl.csv and .md. Timings need a quiet machine (README, "Limits").
@@ -21,6 +24,7 @@ DIR/bench_rl.csv and .md. Timings need a quiet machine (README, "Limits").
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 
@@ -44,13 +48,18 @@ def _specs(batch: int) -> list[tuple[str, int]]:
     return [(t, i) for i, t in enumerate(balanced_task_ids(SOURCE, batch))]
 
 
-def bench_rollout(policy, specs, cfg: RolloutConfig, seed: int = 0) -> tuple[dict, list]:
+SPEED_OPTIONS = ("cache_in_place", "drop_pad_slots")   # RolloutConfig's speed-only switches
+UPDATE_LENGTHS = (256, 512, 1024)                      # and the longest episode
+
+
+def bench_rollout(policy, specs, cfg: RolloutConfig, what: str = "rollout (ours)", seed: int = 0) -> tuple[dict, list]:
     stats = {}
     rows = rollout_batch(policy, specs, cfg, torch.Generator().manual_seed(seed), stats)
     sampled = sum(r.n_sampled for r in rows)
     s = stats["rollout_s"]
-    return ({"what": "rollout (ours)", "tokens": sampled, "seconds": s, "tokens_per_s": sampled / s,
+    return ({"what": what, "tokens": sampled, "seconds": s, "tokens_per_s": sampled / s,
              "ms_per_forward": 1e3 * stats["forward_s"] / stats["forwards"], "forwards": stats["forwards"],
+             "cache_slots": stats["cache_slots"] / stats["forwards"],
              "forward_share": stats["forward_s"] / s, "sample_share": stats["sample_s"] / s,
              "env_share": stats["env_s"] / s}, rows)
 
@@ -80,45 +89,56 @@ def bench_generate(policy, specs, cfg: RolloutConfig) -> dict:
             "ms_per_forward": 1e3 * s / max(1, out.shape[1] - width), "forwards": out.shape[1] - width}
 
 
-def bench_update(policy, rollouts, attn: str, repeats: int = 2) -> dict:
-    """Forward + backward of the GRPO loss on the pad-free episodes; the faster of `repeats`."""
+def bench_update(policy, rollouts, attn: str, length: int, minibatch: int, repeats: int = 2) -> dict:
+    """Forward + backward of the GRPO loss on the pad-free episodes cut to `length` tokens, in
+    minibatches of `minibatch` episodes as the trainer takes them; the faster of `repeats`."""
     if attn != "sinkflex":
         other = build_policy(policy.name, attn_implementation=attn, device=policy.device)
         other.model.load_state_dict(policy.model.state_dict())
         policy = other
     batch = collate([without_pads(r) for r in rollouts], policy.pad_id)
+    batch = {k: v[:, :length] for k, v in batch.items() if k != "reward"}
     adv = torch.from_numpy(np.random.default_rng(0).standard_normal(len(rollouts))).float()
     model = policy.model.train()
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        logp, _ = token_logprobs(model, batch)
-        dev = logp.device
-        loss, _ = grpo_loss(logp, batch["old_logp"].to(dev), adv.to(dev), batch["mask"].to(dev))
-        loss.backward()
-        model.zero_grad(set_to_none=True)
+        for a in range(0, len(rollouts), minibatch):
+            sub = {k: v[a:a + minibatch] for k, v in batch.items()}
+            logp, _ = token_logprobs(model, sub)
+            dev = logp.device
+            loss, _ = grpo_loss(logp, sub["old_logp"].to(dev), adv[a:a + minibatch].to(dev), sub["mask"].to(dev))
+            loss.backward()
+            model.zero_grad(set_to_none=True)
         best = min(best, time.perf_counter() - t0)
     n = int(batch["attention_mask"].sum())
-    return {"what": f"update, {attn}", "tokens": n, "seconds": best, "tokens_per_s": n / best}
+    return {"what": f"update T={length}, {attn}", "tokens": n, "seconds": best, "tokens_per_s": n / best}
 
 
 def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per_step"] * CPU_PROFILE["group_size"],
                  device: str = "cpu", max_turns: int = CPU_PROFILE["max_turns"],
                  max_tokens: int = CPU_PROFILE["max_tokens"], max_new_tokens: int = CPU_PROFILE["max_new_tokens"],
-                 out=None, log=print) -> list[dict]:
+                 minibatch: int = CPU_PROFILE["minibatch_size"], out=None, log=print) -> list[dict]:
     """All rows (module docstring); writes <out>/bench_rl.csv and .md when `out` is given."""
-    if batch < 1:
-        raise ValueError(f"batch must be >= 1, got {batch}")
+    if batch < 1 or minibatch < 1:
+        raise ValueError(f"batch and minibatch must be >= 1, got batch={batch}, minibatch={minibatch}")
     policy = build_policy(policy_name, device=device)
     cfg = RolloutConfig(max_turns=max_turns, max_tokens=max_tokens, max_new_tokens=max_new_tokens, source=SOURCE)
     specs = _specs(batch)
     log(f"rollout: {batch} episodes of {SOURCE} ...")
     roll, episodes = bench_rollout(policy, specs, cfg)
+    rows = [roll]
+    for off in [(o,) for o in SPEED_OPTIONS] + [SPEED_OPTIONS]:
+        what = f"rollout, {' and '.join(off)} off"
+        log(f"{what} ...")
+        rows.append(bench_rollout(policy, specs, dataclasses.replace(cfg, **{o: False for o in off}), what)[0])
     log("generate() from the same prompts ...")
-    rows = [roll, bench_generate(policy, specs, cfg)]
-    for attn in ("sinkflex", "eager"):
-        log(f"update on {attn} ...")
-        rows.append(bench_update(policy, episodes, attn))
+    rows.append(bench_generate(policy, specs, cfg))
+    longest = max(r.n_tokens for r in episodes)
+    for length in sorted({n for n in UPDATE_LENGTHS if n < longest} | {longest}):
+        for attn in ("sinkflex", "eager"):
+            log(f"update T={length} on {attn} ...")
+            rows.append(bench_update(policy, episodes, attn, length, minibatch))
     if out is not None:
         save_table(rows, "bench_rl", floatfmt=".4g", directory=out)
     return rows
@@ -136,8 +156,14 @@ def report(rows: list[dict], device: str) -> str:
     """The table, then the ratios the speed issue asks for, then the device and versions."""
     by = {r["what"]: r for r in rows}
     ours, gen = by["rollout (ours)"], by["generate() (transformers)"]
+    all_off = by[f"rollout, {' and '.join(SPEED_OPTIONS)} off"]
     ratios = [f"rollout tokens/s, ours / generate(): {ours['tokens_per_s'] / gen['tokens_per_s']:.2f}",
-              f"update tokens/s, sinkflex / eager: "
-              f"{by['update, sinkflex']['tokens_per_s'] / by['update, eager']['tokens_per_s']:.2f}"]
-    cols = ["what", "tokens", "seconds", "tokens_per_s", "ms_per_forward", "forward_share", "sample_share", "env_share"]
+              f"rollout tokens/s, ours / speed options off: {ours['tokens_per_s'] / all_off['tokens_per_s']:.2f}"]
+    for r in rows:
+        if r["what"].startswith("update") and r["what"].endswith("sinkflex"):
+            eager = by[r["what"].replace("sinkflex", "eager")]
+            ratios.append(f"{r['what'].split(',')[0]} tokens/s, sinkflex / eager: "
+                          f"{r['tokens_per_s'] / eager['tokens_per_s']:.2f}")
+    cols = ["what", "tokens", "seconds", "tokens_per_s", "ms_per_forward", "cache_slots", "forward_share",
+            "sample_share", "env_share"]
     return markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n" + environment_line(device)

@@ -6,7 +6,7 @@ verl's rollout contract, one row per episode: token ids, an attention mask, posi
 each observation is tokenized once, on arrival, and appended.
 
 Batching. All rows (the G rollouts of a group, or several groups, or the validation tasks)
-advance in one decode loop over one `DynamicCache`. Each forward feeds every live row the
+advance in one decode loop over one KV cache (:mod:`.kv_cache`). Each forward feeds every live row the
 tokens it has pending (its new observation, or its last sampled token), left-padded to the
 longest with pad tokens whose attention mask is 0. A row's *layout* is everything fed to
 the cache in order, pads included, with the position ids (pads do not advance positions).
@@ -14,7 +14,9 @@ Scoring this layout (same pads, same positions) gives the sampling log-probs up 
 rounding. With the "sinkflex" attention the sliding window counts real tokens
 (`SinkMask.positions`), so the pads change nothing at all: the layout scores as its pad-free
 episode (`without_pads`: what the warm start trains on, what TRL rescores, and what the trainer
-scores on sinkflex). Finished rows leave the batch (their cache rows are dropped).
+scores on sinkflex). Finished rows leave the batch (their cache rows are dropped). On sinkflex
+the cache also drops its pad slots at every turn boundary (`drop_pad_slots`), so a later
+forward attends over real tokens only; the recorded layout keeps them (it scores the same).
 
 A turn, in the policy's chat format (:mod:`.formats`; shown for the compact one): feed pending
 -> sample tokens until a stop token, <|end|> (or `max_new_tokens`: a forced <|end|> with mask 0
@@ -33,6 +35,7 @@ import torch
 
 from ..envs import RetailEnv
 from ..envs.actions import ParseError, ToolCall
+from .kv_cache import RolloutCache
 
 
 @dataclass
@@ -43,6 +46,10 @@ class RolloutConfig:
     temperature: float = 1.0       # 0: greedy
     source: str = "mini"
     user: str = "scripted"         # the user simulator (:func:`sinkflex_lib.envs.users.make_user`)
+    # speed only (the bench switches each off; sampled tokens and log-probs stay the same):
+    cache_in_place: bool = True    # KV appends write into spare slots (:mod:`.kv_cache`), no full copy
+    drop_pad_slots: bool = True    # at each turn boundary, repack the cache to real tokens
+                                   # (only where pads change nothing: `scores_without_pads`)
 
 
 @dataclass
@@ -158,16 +165,6 @@ def _step_env(r: _Row, fmt, cfg: RolloutConfig) -> bool:
     return False
 
 
-def _keep_cache_rows(cache, attn_hist: torch.Tensor, keep: list[int]) -> torch.Tensor:
-    """Drop finished rows from the KV cache (in place) and from the attention history."""
-    idx = torch.tensor(keep, device=attn_hist.device)
-    for layer in cache.layers:
-        if getattr(layer, "keys", None) is not None and layer.keys.numel():
-            layer.keys = layer.keys.index_select(0, idx)
-            layer.values = layer.values.index_select(0, idx)
-    return attn_hist.index_select(0, idx)
-
-
 @torch.no_grad()
 def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | None = None,
                   generator: torch.Generator | None = None, stats: dict | None = None) -> list[Rollout]:
@@ -175,17 +172,16 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
     policy's chat format (`policy.chat`, :mod:`.formats`). A loop iteration: one forward over
     every live row's pending tokens; sample the next token of every row still in its turn;
     once every live row has ended its turn, step their environments; drop finished rows."""
-    from transformers import DynamicCache
-
     cfg = cfg or RolloutConfig()
     model, fmt, device = policy.model, policy.chat, policy.device
     was_training = model.training
     model.eval()
     t0, n_forward_tokens = time.perf_counter(), 0
-    clock = {"forward_s": 0.0, "sample_s": 0.0, "env_s": 0.0, "forwards": 0}
+    clock = {"forward_s": 0.0, "sample_s": 0.0, "env_s": 0.0, "forwards": 0, "cache_slots": 0}
     all_rows = _start_rows(specs, fmt, cfg)
     live, generating = list(all_rows), set(range(len(all_rows)))   # rows in cache order; in a turn
-    cache = DynamicCache()
+    cache = RolloutCache(spare=cfg.cache_in_place)
+    drop_pads = cfg.drop_pad_slots and scores_without_pads(model)
     attn_hist = torch.zeros(len(live), 0, dtype=torch.long, device=device)
     while live:
         ta = time.perf_counter()
@@ -199,6 +195,7 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
         clock["forward_s"] += tb - ta
         clock["sample_s"] += time.perf_counter() - tb
         clock["forwards"] += 1
+        clock["cache_slots"] += attn_hist.shape[1]   # slots attended over, summed over forwards
         for b in sorted(generating):
             r, t = live[b], int(sampled[b])
             r.pending.append((t, 1, float(logp_all[b, t])))
@@ -219,7 +216,9 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
             r.pending = []
         keep = [b for b in range(len(live)) if b not in done]
         if done and keep:
-            attn_hist = _keep_cache_rows(cache, attn_hist, keep)
+            attn_hist = cache.keep_rows(attn_hist, keep)
+        if drop_pads and keep:
+            attn_hist = cache.drop_pad_slots(attn_hist)
         live = [live[b] for b in keep]
         generating = set(range(len(live)))
     if was_training:

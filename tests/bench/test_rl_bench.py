@@ -7,18 +7,28 @@ from sinkflex_lib.bench.rl import report, run_rl_bench
 
 
 def test_rows_files_and_report(tmp_path):
-    rows = run_rl_bench("micro", batch=2, max_turns=2, max_new_tokens=6, out=tmp_path, log=lambda m: None)
-    assert [r["what"] for r in rows] == ["rollout (ours)", "generate() (transformers)", "update, sinkflex",
-                                         "update, eager"]
-    ours, gen, upd_s, upd_e = rows
+    rows = run_rl_bench("micro", batch=2, max_turns=2, max_new_tokens=6, minibatch=1, out=tmp_path, log=lambda m: None)
+    whats = [r["what"] for r in rows]
+    rollouts = ["rollout (ours)", "rollout, cache_in_place off", "rollout, drop_pad_slots off",
+                "rollout, cache_in_place and drop_pad_slots off"]
+    assert whats[:5] == rollouts + ["generate() (transformers)"]
+    by = {r["what"]: r for r in rows}
+    ours, gen = by["rollout (ours)"], by["generate() (transformers)"]
     assert gen["tokens"] == 2 * 6 and gen["forwards"] == 6      # max_new_tokens for every row
     assert 0 < ours["tokens"] <= 2 * 2 * 6 and ours["forwards"] >= 6
     assert 0 < ours["forward_share"] + ours["sample_share"] + ours["env_share"] <= 1.0
-    assert upd_s["tokens"] == upd_e["tokens"] > 0 and all(r["tokens_per_s"] > 0 for r in rows)
+    assert all(by[w]["tokens"] == ours["tokens"] for w in rollouts)   # speed options: same episodes
+    updates = whats[5:]
+    assert updates and len(updates) % 2 == 0
+    for s, e in zip(updates[::2], updates[1::2]):   # each length on both attentions, same tokens
+        assert s.endswith("sinkflex") and e == s.replace("sinkflex", "eager") and by[s]["tokens"] == by[e]["tokens"] > 0
+    assert all(r["tokens_per_s"] > 0 for r in rows)
     with open(tmp_path / "bench_rl.csv") as f:
-        assert [r["what"] for r in csv.DictReader(f)] == [r["what"] for r in rows]
+        assert [r["what"] for r in csv.DictReader(f)] == whats
     text = report(rows, "cpu")
-    assert "ours / generate()" in text and "sinkflex / eager" in text and text.splitlines()[-1].startswith("device:")
+    assert "ours / generate()" in text and "ours / speed options off" in text
+    assert sum("sinkflex / eager" in line for line in text.splitlines()) == len(updates) // 2
+    assert text.splitlines()[-1].startswith("device:")
 
 
 def test_cli_rejects_a_bad_batch(capsys):

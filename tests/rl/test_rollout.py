@@ -149,3 +149,24 @@ def test_token_logprobs_equal_a_plain_log_softmax_in_value_and_gradient(micro_po
         g = torch.autograd.grad((logp * m).sum(), model.lm_head.weight)[0]
         g_ref = torch.autograd.grad((ref_lp * m).sum(), model.lm_head.weight)[0]
         assert torch.allclose(g, g_ref, atol=1e-5)
+
+
+def test_each_speed_option_off_gives_the_same_greedy_episodes():
+    """The KV cache's in-place appends and its dropped pad slots are speed only: greedy tokens,
+    the layout and the sampling log-probs equal those of a run with each of them off. The shipped
+    base ends its turns at different lengths, so rows wait with pads that the cache drops."""
+    from sinkflex_lib.rl.policy import build_policy
+
+    policy = build_policy("base-tiny")
+    specs = group_specs(["cancel_000", "info_000", "return_000"], 2, [5, 6, 7])
+    base = dict(max_turns=4, max_tokens=700, max_new_tokens=24, temperature=0.0)
+    stats = [{}, {}, {}, {}]
+    runs = [rollout_batch(policy, specs, RolloutConfig(**base, **flags), torch.Generator().manual_seed(0), st)
+            for flags, st in zip(({}, {"cache_in_place": False}, {"drop_pad_slots": False},
+                                  {"cache_in_place": False, "drop_pad_slots": False}), stats)]
+    assert any(0 in r.attn[r.mask.index(1):] for r in runs[0])   # pads were there to drop
+    assert stats[0]["cache_slots"] == stats[1]["cache_slots"] < stats[2]["cache_slots"] == stats[3]["cache_slots"]
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert (a.ids, a.attn, a.pos, a.mask, a.actions) == (b.ids, b.attn, b.pos, b.mask, b.actions)
+            torch.testing.assert_close(torch.tensor(a.old_logp), torch.tensor(b.old_logp), atol=1e-5, rtol=0)
