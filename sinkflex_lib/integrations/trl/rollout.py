@@ -131,17 +131,23 @@ class RetailRollout:
         equal GRPOConfig.temperature, which TRL uses to rescore.
     seed: the run seed; task and sampling seeds derive from (seed, GRPO step, task / process).
     decode: "batch" or "episode" (module docstring).
-    tokenizer: the policy's tokenizer (the trainer's processing_class).
+    tokenizer, chat: the policy's tokenizer and chat format (`Policy.chat`: compact, or Harmony
+        for gpt-oss); the episodes are played and returned in that format.
     After each call, `last` holds this process's rollout summary (tasks, episodes, rewards,
     sampled tokens, seconds), for logging.
     """
 
-    def __init__(self, rollout_cfg: RolloutConfig, tokenizer, seed: int = 0, decode: str = "batch"):
+    def __init__(self, rollout_cfg: RolloutConfig, tokenizer, seed: int = 0, decode: str = "batch", chat=None):
         if decode not in DECODE_MODES:
             raise ValueError(f"decode must be one of {DECODE_MODES}, got {decode!r}")
         self.cfg, self.tokenizer, self.seed, self.decode = rollout_cfg, tokenizer, int(seed), decode
+        self.chat = chat
         self._known = set(RetailEnv(rollout_cfg.source).task_ids(None))
         self.last: dict = {}
+
+    def policy(self, model) -> Policy:
+        """`model` (the trainer's, unwrapped) as a policy in this rollout's chat format."""
+        return Policy(model, self.tokenizer, name="trl-policy", chat=self.chat)
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         unknown = sorted({p for p in prompts if not isinstance(p, str) or p not in self._known}, key=str)
@@ -157,7 +163,7 @@ class RetailRollout:
         generator = torch.Generator().manual_seed(sampling_seed(self.seed, step, rank))
         t0 = time.perf_counter()
         with generation_model(trainer) as model:
-            policy = Policy(model, self.tokenizer, name="trl-policy")
+            policy = self.policy(model)
             rollouts = play(policy, specs, self.cfg, generator, self.decode)
         out = to_trl(rollouts)
         self.last = {"step": step, "process": rank, "tasks": sorted(set(prompts)), "episodes": len(rollouts),

@@ -139,7 +139,7 @@ class ScaleOutLog(TrainerCallback):
         if step % self.cfg.val_every == 0 or step == self.cfg.steps:
             with generation_model(self.trainer) as model:       # every rank: ZeRO-3 gathers collectively
                 if acc.is_main_process:
-                    policy = Policy(model, self.rollout.tokenizer, "trl-policy")
+                    policy = self.rollout.policy(model)
                     self.pending_val = validate(policy, self.cfg, self.val_ids, self.seed)
                     append_metrics(self.metrics_path, {"kind": "val", "step": step,
                                                 "elapsed_s": time.perf_counter() - self.t0, **self.pending_val})
@@ -169,6 +169,16 @@ class ScaleOutLog(TrainerCallback):
         return control
 
 
+def processing_class(policy: Policy):
+    """The tokenizer GRPOTrainer is given: the policy's own, or for a Harmony preset (whose format
+    holds the encoding, no HF tokenizer) openai-harmony's o200k_harmony as an HF tokenizer."""
+    if policy.tokenizer is not None:
+        return policy.tokenizer
+    from ...rl.harmony import harmony_tokenizer
+
+    return harmony_tokenizer()
+
+
 def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decode: str = "batch",
                  lora_r: int | None = None, log=print, **grpo_overrides):
     """A GRPOTrainer on `policy` for `cfg` (rollout_func, reward, config, dataset, logging).
@@ -190,11 +200,11 @@ def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decod
             if state.is_main_process:
                 policy.model.save_pretrained(out_dir / "reference")
         policy.model.config._name_or_path = str(out_dir / "reference")
-    rollout = RetailRollout(cfg.rollout_config(), policy.tokenizer, seed=seed, decode=decode)
+    rollout = RetailRollout(cfg.rollout_config(), policy.tokenizer, seed=seed, decode=decode, chat=policy.chat)
     callback = ScaleOutLog(cfg, seed, rollout, out_dir / "metrics.jsonl", log)
     dataset = Dataset.from_dict({"prompt": RetailEnv(cfg.source).task_ids(cfg.train_split)})
     trainer = GRPOTrainer(model=policy.model, reward_funcs=env_reward, args=args, train_dataset=dataset,
-                          processing_class=policy.tokenizer, rollout_func=rollout, callbacks=[callback],
+                          processing_class=processing_class(policy), rollout_func=rollout, callbacks=[callback],
                           peft_config=lora_config(lora_r) if lora_r else None)
     trainer.remove_callback(PrinterCallback)
     callback.trainer = trainer
@@ -209,10 +219,10 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
     Returns a `TrainResult` (the trained policy's model is the peft model with LoRA; the
     validation values are NaN on ranks other than the main one).
     """
-    if cfg.chat_format == "harmony" or cfg.lora or cfg.dtype != "float32":
-        raise ValueError("the TRL path speaks the compact chat format in float32 (use --lora-r for LoRA); "
-                         f"got chat_format={cfg.chat_format!r}, lora={cfg.lora!r}, dtype={cfg.dtype!r}: run the "
-                         "paper's Harmony setup with python -m sinkflex_lib.rl.train")
+    if cfg.lora or cfg.dtype != "float32":
+        raise ValueError("the TRL path trains in float32 and takes LoRA as lora_r (--lora-r); got "
+                         f"lora={cfg.lora!r}, dtype={cfg.dtype!r}: run the paper's bf16 LoRA setup with "
+                         "python -m sinkflex_lib.rl.train")
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     state = distributed_state()
@@ -234,15 +244,17 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
                 if row["kind"] == "val" and row["step"] == 0:
                     append_metrics(out_dir / "metrics.jsonl", row)
     policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, seed=seed,
-                          device=state.device, format="compact", **cfg.policy_overrides)
+                          device=state.device, format=cfg.chat_format, reasoning_effort=cfg.reasoning_effort,
+                          **cfg.policy_overrides)
     load_warm_start(policy, warm_dir)
-    prepare_tokenizer(policy.tokenizer)     # the project tokenizer has them; a loaded HF one may not
+    if policy.chat.name == "compact":
+        prepare_tokenizer(policy.tokenizer)     # the project tokenizer has them; a loaded HF one may not
     trainer = make_trainer(cfg, policy, out_dir, seed, decode=decode, lora_r=lora_r, log=log, **grpo_overrides)
     log(f"[rank {state.process_index}/{state.num_processes}] TRL GRPOTrainer: {cfg.steps} GRPO steps, "
         f"{trainer.args.max_steps} updates, loss_type {trainer.args.loss_type}, device {state.device}")
     trainer.train()
     policy = Policy(trainer.accelerator.unwrap_model(trainer.model), policy.tokenizer, policy.name,
-                    lora=bool(lora_r))
+                    lora=bool(lora_r), chat=policy.chat)
     vals = [r for r in read_metrics(out_dir) if r["kind"] == "val"] if state.is_main_process else []
     return TrainResult(out_dir=str(out_dir), device=str(state.device), seconds=time.perf_counter() - t0,
                        val_start=vals[0]["val_reward"] if vals else math.nan,
