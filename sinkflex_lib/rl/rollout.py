@@ -35,7 +35,6 @@ import torch
 
 from ..envs import RetailEnv
 from ..envs.actions import ParseError, ToolCall
-from .kv_cache import RolloutCache
 
 
 @dataclass
@@ -172,6 +171,8 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
     policy's chat format (`policy.chat`, :mod:`.formats`). A loop iteration: one forward over
     every live row's pending tokens; sample the next token of every row still in its turn;
     once every live row has ended its turn, step their environments; drop finished rows."""
+    from .kv_cache import RolloutCache   # imports transformers
+
     cfg = cfg or RolloutConfig()
     model, fmt, device = policy.model, policy.chat, policy.device
     was_training = model.training
@@ -247,7 +248,7 @@ def scores_without_pads(model) -> bool:
     """True when `model` runs on the sinkflex attention, whose window counts real tokens, so a
     layout and its pad-free episode get the same log-probs (transformers' eager and sdpa count
     cache slots: their layouts must be scored with the pads)."""
-    return str(getattr(model.config, "_attn_implementation", "")).startswith("sinkflex")
+    return str(getattr(getattr(model, "config", None), "_attn_implementation", "")).startswith("sinkflex")
 
 
 def group_specs(task_ids: list[str], group_size: int, seeds: list[int]) -> list[tuple[str, int]]:

