@@ -9,7 +9,8 @@ versions, device, and each notebook's wall time, status, parameters and git stat
 run (`--only`) keeps the earlier entries of the other notebooks (marked "from_earlier_run"). The profile reaches
 each notebook through SINKFLEX_PROFILE, which the first line of its `parameters` cell reads,
 so the executed notebooks carry no injected cell. A failing cell stops the run with an error
-naming the notebook and the cell, and a non-zero exit.
+naming the notebook and the cell, and a non-zero exit. On POSIX the kernels talk over Unix
+sockets in a temporary folder (`ipc_kernel_manager`), not loopback TCP.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -95,6 +97,18 @@ def package_versions() -> dict:
     return versions
 
 
+def ipc_kernel_manager(folder) -> type:
+    """An AsyncKernelManager whose kernels talk over Unix sockets in `folder` (absolute) rather
+    than loopback TCP: no open port, and none of ipykernel's warning about unencrypted TCP."""
+    from jupyter_client import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            super().__init__(transport="ipc", ip=str(Path(folder).resolve() / "kernel"), **kwargs)
+
+    return IPCKernelManager
+
+
 def run(profile: str, only: list[str] | None = None, update_notebooks: bool = False,
         kernel: str = "python3", notebooks_dir: Path = NOTEBOOKS_DIR, runs_dir: Path = RUNS_DIR) -> Path:
     import papermill
@@ -112,13 +126,15 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
     kept = previous_entries(out_dir / "manifest.json", notebooks) if only else []
     os.environ["SINKFLEX_PROFILE"] = profile
     total_start = time.perf_counter()
+    sockets = tempfile.TemporaryDirectory(prefix="sinkflex-kernel-")   # removed when the run ends
+    manager = {"kernel_manager_class": ipc_kernel_manager(sockets.name)} if os.name == "posix" else {}
     for i, nb in enumerate(notebooks, 1):
         print(f"[{i}/{len(notebooks)}] {nb.name} (profile {profile}) ...", flush=True)
         entry = {"notebook": nb.name, "git": manifest["git"], "parameters": notebook_parameters(nb, profile)}
         start = time.perf_counter()
         try:
             papermill.execute_notebook(str(nb), str(out_dir / nb.name), kernel_name=kernel,
-                                       cwd=str(notebooks_dir), progress_bar=False, log_output=False)
+                                       cwd=str(notebooks_dir), progress_bar=False, log_output=False, **manager)
         except PapermillExecutionError as err:
             entry.update(status="failed", wall_seconds=round(time.perf_counter() - start, 2),
                          error=f"cell {err.cell_index} (execution count {err.exec_count}): "

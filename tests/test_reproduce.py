@@ -67,3 +67,14 @@ def test_bad_profile_and_unknown_notebook_are_refused(tmp_path):
         reproduce.run("laptop", notebooks_dir=tmp_path)
     with pytest.raises(SystemExit, match="--only"):
         reproduce.find_notebooks(["99"], notebooks_dir=tmp_path)
+
+
+def test_kernels_talk_over_unix_sockets_not_tcp(tmp_path, capfd):
+    """ipykernel warns on every kernel started over unencrypted loopback TCP; ours use IPC."""
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    write_notebook(nbs / "01_a.ipynb", "import os\nprint(os.getpid())")
+    manager = reproduce.ipc_kernel_manager(tmp_path)(kernel_name="python3")
+    assert manager.transport == "ipc" and manager.ip == str(tmp_path.resolve() / "kernel")
+    reproduce.run("smoke", notebooks_dir=nbs, runs_dir=tmp_path / "runs")
+    assert "without encryption" not in capfd.readouterr().err
