@@ -166,14 +166,33 @@ def resume_state(out_dir, config: dict, resumable=(), log=print) -> dict:
     if run is None:
         raise ResumeError(f"{out_dir / 'metrics.jsonl'} has no config row to check the command line against")
     now = json.loads(json.dumps(config))
-    diff = {k: (run[k], v) for k, v in now.items() if k in run and run[k] != v}
+    diff = {k: (run[k], v) for k, v in now.items() if k in run and _known(run[k], v) != v}
     refused = [f"{k} {a!r} in the run, {b!r} now" for k, (a, b) in diff.items() if k not in resumable]
     if refused:
         raise ResumeError(f"the command line differs from the run in {out_dir} ({'; '.join(refused)}): "
                           "resume with the run's values, or start a new run in another folder")
     for k, (a, b) in diff.items():
         log(f"resume: {k} changes from {a!r} to {b!r}")
+    for path, v in _added(run, now):
+        log(f"resume: {path} is new since the run started; it takes its value now, {v!r}")
     return state
+
+
+def _known(run, now):
+    """`now` as the run knew it: a dict's keys the run's config row lacks (fields the code gained
+    since the run started) take their value now, so only fields both know are compared."""
+    if isinstance(run, dict) and isinstance(now, dict):
+        return {**now, **{k: _known(v, now[k]) if k in now else v for k, v in run.items()}}
+    return run
+
+
+def _added(run, now, prefix=""):
+    """(dotted path, value now) of the keys of `now` that `run` lacks, at any depth."""
+    for k, v in now.items():
+        if k not in run:
+            yield prefix + k, v
+        elif isinstance(run[k], dict) and isinstance(v, dict):
+            yield from _added(run[k], v, f"{prefix}{k}.")
 
 
 def rewrite_metrics(out_dir, upto: int) -> None:

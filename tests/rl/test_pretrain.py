@@ -108,6 +108,20 @@ def test_resume_refuses_a_missing_checkpoint_or_another_config(tmp_path, capsys)
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
+def test_resume_takes_fields_added_since_the_run_started_at_their_value_now(tmp_path):
+    pt.pretrain(SMOKE, tmp_path, log=lambda m: None, stop_after=2)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    del rows[0]["rollout"]["drop_pad_slots"]              # a run started before the field existed
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = []
+    pt.pretrain(SMOKE, tmp_path, resume=True, log=lines.append)
+    assert any("rollout.drop_pad_slots is new since the run started" in m for m in lines)
+    rows[0]["rollout"]["max_turns"] += 1                  # a field the run knows still has to match
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ResumeError, match="rollout .* in the run"):
+        pt.pretrain(SMOKE, tmp_path, resume=True, log=lambda m: None)
+
+
 def test_select_step_takes_the_latest_base_in_the_band():
     rows = [{"kind": "config"}] + [{"kind": "eval", "step": s, "mean_at_1": m, "write_mean_at_1": w}
                                    for s, m, w in [(1, 0.1, 0.0), (2, 0.2, 0.15), (3, 0.3, 0.2), (4, 0.5, 0.4)]]
