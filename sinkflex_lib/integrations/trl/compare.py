@@ -62,12 +62,14 @@ def plot_validation(runs: dict, title: str = "Validation mean@1, one warm start,
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for name, style in (("ours", "-o"), ("trl", "--s")):
+    for name, style in (("ours", "o"), ("trl", "s")):
         label = {"ours": "ours (sinkflex_lib.rl.train)", "trl": "TRL GRPOTrainer"}[name]
-        axes[0].plot(*curve(runs[name], "val", "val_reward"), style, label=label)
-        axes[1].plot(*curve(runs[name], "train", "reward_mean"), style, label=label)
+        axes[0].plot(*curve(runs[name], "val", "val_reward"), style, ls=":", lw=1, label=label)
+        axes[1].plot(*curve(runs[name], "train", "reward_mean"), style, ls=":", lw=1, label=label)
     axes[0].set(xlabel="GRPO step", ylabel="reward", title=title)
     axes[1].set(xlabel="GRPO step", title="Training score (batch mean reward)")
+    for ax in axes:                      # the whole reward range: a truncated axis overstates small changes
+        ax.set_ylim(-0.02, 1.02)
     for ax in axes:
         ax.legend(fontsize=8)
     fig.tight_layout()
