@@ -31,10 +31,14 @@ test: $(STAMP)
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest tests
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest --nbval-lax notebooks/
 
-# The run's folder lives outside the repository; rerunning resumes it exactly where it stopped.
+# Two stages (pretrain.py's "cpu" and "episodes" profiles), each in a folder outside the repository;
+# rerunning resumes each exactly where it stopped. The second ships the base.
 pretrain: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \
-		$(if $(wildcard $(PRETRAIN_DIR)/checkpoint/state.json),--resume,) --ship data/checkpoints/base-tiny
+		$(if $(wildcard $(PRETRAIN_DIR)/checkpoint/state.json),--resume,)
+	$(PY) -m sinkflex_lib.rl.pretrain --profile episodes --seed 1 --init $(PRETRAIN_DIR) \
+		--out $(PRETRAIN_DIR)-episodes --threads $(PRETRAIN_THREADS) \
+		$(if $(wildcard $(PRETRAIN_DIR)-episodes/checkpoint/state.json),--resume,) --ship data/checkpoints/base-tiny
 
 lab: $(STAMP)
 	SINKFLEX_PROFILE=$(PROFILE) $(PY) -m jupyterlab --notebook-dir=notebooks

@@ -122,6 +122,13 @@ def test_resume_takes_fields_added_since_the_run_started_at_their_value_now(tmp_
         pt.pretrain(SMOKE, tmp_path, resume=True, log=lambda m: None)
 
 
+def test_the_second_stage_profile_trains_whole_episodes_from_its_first_step():
+    cfg = pt.PretrainConfig(**pt.PROFILES["episodes"])
+    assert {pt.phase_of(cfg, s) for s in range(cfg.steps)} == {"episodes"}
+    assert pt.episodes_before(cfg, 10) == 10 * cfg.batch
+    assert pt.lr_at(cfg, cfg.warmup) == pytest.approx(cfg.lr)
+
+
 def test_select_step_takes_the_latest_base_in_the_band():
     rows = [{"kind": "config"}] + [{"kind": "eval", "step": s, "mean_at_1": m, "write_mean_at_1": w}
                                    for s, m, w in [(1, 0.1, 0.0), (2, 0.2, 0.15), (3, 0.3, 0.2), (4, 0.5, 0.4)]]
