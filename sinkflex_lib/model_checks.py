@@ -50,14 +50,17 @@ def _run(model, input_ids, attention_mask, with_grad):
 
 
 def compare_attention_implementations(impl, reference="eager", *, input_ids, attention_mask,
-                                      config="micro", seed: int = 0, with_grad: bool = True) -> dict:
-    """Logits (at real tokens) and loss of model(impl) against model(reference), same seed; with
-    with_grad also every parameter gradient of the masked next-token loss.
+                                      config="micro", seed: int = 0, with_grad: bool = True,
+                                      device: str = "cpu") -> dict:
+    """Logits (at real tokens) and loss of model(impl) against model(reference), same seed
+    (float32, on `device`); with with_grad also every parameter gradient of the masked
+    next-token loss.
 
     Returns dict(logits_rel_err, loss_abs_err, grad_rel_err (max over parameters, NaN without
     grads), worst_param, n_params (parameters compared))."""
-    a = build_gpt_oss(config, attn_implementation=impl, seed=seed)
-    b = build_gpt_oss(config, attn_implementation=reference, seed=seed)
+    a = build_gpt_oss(config, attn_implementation=impl, seed=seed).to(device)
+    b = build_gpt_oss(config, attn_implementation=reference, seed=seed).to(device)
+    input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     la, loss_a, ga = _run(a, input_ids, attention_mask, with_grad)
     lb, loss_b, gb = _run(b, input_ids, attention_mask, with_grad)
     real = attention_mask.bool()

@@ -31,6 +31,14 @@ def test_sinkflex_blocked_matches_eager():
     assert r["logits_rel_err"] < 1e-5 and r["grad_rel_err"] < 1e-4
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward needs CUDA")
+def test_sinkflex_flex_gradients_match_eager_on_cuda():
+    ids, mask = padded_batch([40, 29], 40, 256, ["left", "right"])
+    r = compare_attention_implementations("sinkflex-flex", "eager", input_ids=ids, attention_mask=mask, device="cuda")
+    assert r["logits_rel_err"] < 1e-4 and r["grad_rel_err"] < 1e-4
+
+
 def _register_variant(name, drop):
     """sinkflex attention registered under AttentionInterface with one argument dropped."""
     from transformers import AttentionInterface
