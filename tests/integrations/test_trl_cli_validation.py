@@ -55,11 +55,22 @@ def test_good_values_are_taken_with_their_field_types():
     assert isinstance(over["lr"], float)
 
 
-@pytest.mark.parametrize("field, value", [("lora", 8), ("dtype", "bfloat16")])
-def test_trl_path_refuses_lora_by_config_and_bf16(field, value, tmp_path):
+def test_trl_path_refuses_bf16_and_two_lora_ranks(tmp_path):
     from sinkflex_lib.integrations.trl.trainer import train_trl
     from sinkflex_lib.rl.config import TrainConfig
 
     with pytest.raises(ValueError, match="trains in float32"):
-        train_trl(TrainConfig.from_profile("smoke", **{field: value}), tmp_path)
+        train_trl(TrainConfig.from_profile("smoke", dtype="bfloat16"), tmp_path)
+    with pytest.raises(ValueError, match="two LoRA ranks"):
+        train_trl(TrainConfig.from_profile("smoke", lora=8), tmp_path, lora_r=4)
     assert not any(tmp_path.iterdir())
+
+
+def test_the_lora_rank_comes_from_the_flag_or_the_config():
+    from sinkflex_lib.integrations.trl.trainer import lora_rank
+    from sinkflex_lib.rl.config import TrainConfig
+
+    smoke = TrainConfig.from_profile("smoke")
+    assert lora_rank(smoke, None) is None and lora_rank(smoke, 4) == 4
+    assert lora_rank(TrainConfig.from_profile("smoke", lora=8), None) == 8
+    assert lora_rank(TrainConfig.from_profile("smoke", lora=8), 8) == 8

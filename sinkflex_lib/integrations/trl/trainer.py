@@ -211,6 +211,14 @@ def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decod
     return trainer
 
 
+def lora_rank(cfg: TrainConfig, lora_r: int | None) -> int | None:
+    """The LoRA rank of a TRL run: `lora_r` (``--lora-r``) or the config's `lora`; both given
+    and different is a ValueError."""
+    if lora_r and cfg.lora and lora_r != cfg.lora:
+        raise ValueError(f"two LoRA ranks: lora_r={lora_r} and the config's lora={cfg.lora}")
+    return lora_r or cfg.lora
+
+
 def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, decode: str = "batch",
               lora_r: int | None = None, log=print, **grpo_overrides) -> TrainResult:
     """Warm start (or load `warm_start_dir`), then GRPO on TRL's GRPOTrainer (module docstring).
@@ -219,10 +227,10 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
     Returns a `TrainResult` (the trained policy's model is the peft model with LoRA; the
     validation values are NaN on ranks other than the main one).
     """
-    if cfg.lora or cfg.dtype != "float32":
-        raise ValueError("the TRL path trains in float32 and takes LoRA as lora_r (--lora-r); got "
-                         f"lora={cfg.lora!r}, dtype={cfg.dtype!r}: run the paper's bf16 LoRA setup with "
-                         "python -m sinkflex_lib.rl.train")
+    lora_r = lora_rank(cfg, lora_r)
+    if cfg.dtype != "float32":
+        raise ValueError(f"the TRL path trains in float32 (it was not run on a GPU here); got dtype={cfg.dtype!r}: "
+                         "run the paper's bf16 LoRA setup with python -m sinkflex_lib.rl.train")
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     state = distributed_state()
