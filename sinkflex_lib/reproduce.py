@@ -50,12 +50,14 @@ def find_notebooks(only: list[str] | None = None, notebooks_dir: Path = NOTEBOOK
 
 
 def notebook_parameters(path: Path, profile: str) -> dict:
-    """The literals of the notebook's `parameters` cell, evaluated for `profile`."""
+    """The literals of the notebook's `parameters` cell and of its `sizes` cell (the sizes the
+    profile picks, after the parameters so that Papermill's injected PROFILE reaches them),
+    evaluated for `profile`."""
     cells = json.loads(path.read_text())["cells"]
-    source = next(("".join(c["source"]) for c in cells
-                   if "parameters" in c.get("metadata", {}).get("tags", [])), None)
-    if source is None:
+    tagged = lambda tag: ["".join(c["source"]) for c in cells if tag in c.get("metadata", {}).get("tags", [])]  # noqa: E731
+    if not tagged("parameters"):
         raise SystemExit(f"{path.name}: no cell tagged 'parameters'")
+    source = "\n".join(tagged("parameters") + tagged("sizes"))
     old = os.environ.get("SINKFLEX_PROFILE")
     os.environ["SINKFLEX_PROFILE"] = profile
     try:

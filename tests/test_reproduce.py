@@ -78,3 +78,19 @@ def test_kernels_talk_over_unix_sockets_not_tcp(tmp_path, capfd):
     assert manager.transport == "ipc" and manager.ip == str(tmp_path.resolve() / "kernel")
     reproduce.run("smoke", notebooks_dir=nbs, runs_dir=tmp_path / "runs")
     assert "without encryption" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("nb", reproduce.find_notebooks(), ids=lambda p: p.name)
+def test_papermill_p_profile_reaches_every_size(nb, monkeypatch):
+    """`papermill -p PROFILE smoke` injects its cell after the parameters cell: what the profile
+    picks must come after it (the `sizes` cell), so the run gets the smoke sizes even where the
+    environment says cpu. Emulated here: parameters (cpu), the injected PROFILE, then the sizes."""
+    cells = json.loads(nb.read_text())["cells"]
+    source = lambda tag: "\n".join("".join(c["source"]) for c in cells if tag in c["metadata"].get("tags", []))  # noqa: E731
+    monkeypatch.setenv("SINKFLEX_PROFILE", "cpu")
+    ns: dict = {}
+    exec(source("parameters"), ns)
+    exec("PROFILE = 'smoke'", ns)
+    exec(source("sizes"), ns)
+    want = reproduce.notebook_parameters(nb, "smoke")
+    assert {k: ns[k] for k in want} == want
