@@ -156,7 +156,8 @@ def read_metrics(out_dir, log=None) -> list[dict]:
 def resume_state(out_dir, config: dict, resumable=(), log=print) -> dict:
     """The checkpoint state of run folder `out_dir`, if `config` (the command line's, as the run's
     config row holds it) continues that run: equal to that row but for the fields in `resumable`
-    (logged). Reads only; ResumeError (one line) otherwise."""
+    (logged) and for fields, at any depth, that the row lacks (the code gained them after the run
+    started: they take their value now, logged). Reads only; ResumeError (one line) otherwise."""
     out_dir = Path(out_dir)
     state = read_checkpoint_state(out_dir / "checkpoint")
     try:
