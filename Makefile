@@ -3,6 +3,7 @@
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
 #   make pretrain                            regenerate data/checkpoints/base-tiny (two stages, about 9 h on 2 cores; resumable)
+#   make grpo-seeds [PROFILE=...]            GRPO from the base with seeds 0 1 2, mean and spread (resumable)
 #   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,8 +13,9 @@ STAMP  := $(VENV)/.sinkflex-installed
 
 PRETRAIN_DIR ?= $(HOME)/sinkflex_runs/pretrain-base-tiny
 PRETRAIN_THREADS ?= 2
+SEEDS_DIR ?= $(HOME)/sinkflex_runs/grpo-seeds-$(PROFILE)
 
-.PHONY: reproduce test gpu-check pretrain lab venv clean-venv
+.PHONY: reproduce test gpu-check pretrain grpo-seeds lab venv clean-venv
 
 venv: $(STAMP)
 
@@ -39,6 +41,10 @@ pretrain: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --profile episodes --seed 1 --init $(PRETRAIN_DIR) \
 		--out $(PRETRAIN_DIR)-episodes --threads $(PRETRAIN_THREADS) \
 		$(if $(wildcard $(PRETRAIN_DIR)-episodes/checkpoint/state.json),--resume,) --ship data/checkpoints/base-tiny
+
+# One GRPO run per seed in $(SEEDS_DIR)/seed_<S>, then $(SEEDS_DIR)/seeds.json (sinkflex_lib.rl.seeds).
+grpo-seeds: $(STAMP)
+	$(PY) -m sinkflex_lib.rl.seeds --profile $(PROFILE) --seeds 0 1 2 --out $(SEEDS_DIR) --resume
 
 lab: $(STAMP)
 	SINKFLEX_PROFILE=$(PROFILE) $(PY) -m jupyterlab --notebook-dir=notebooks
