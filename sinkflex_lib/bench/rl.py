@@ -16,7 +16,10 @@ Rows of the table (all on the same policy weights):
 - ``update T=<n>, <attention>``: forward and backward of the GRPO loss (random advantages) on
   the pad-free episodes just rolled out, cut to their first n tokens, in the trainer's
   minibatches, for the sinkflex attention and transformers' eager one: tokens per second
-  (timed twice, the faster kept), at lengths up to the longest episode.
+  (timed twice, the faster kept), at lengths up to the longest episode;
+- ``GRPO step, full update``: that rollout plus the trainer's own update on its episodes, every
+  group given reward spread (groups of the cpu profile's 8, or fewer for a smaller batch), with
+  the step's shares of decode forwards, sampling, environment and update.
 
 The last lines give the ratios, the device and the versions; `--out DIR` writes
 DIR/bench_rl.csv and .md. Timings need a quiet machine (README, "Limits").
@@ -25,6 +28,7 @@ DIR/bench_rl.csv and .md. Timings need a quiet machine (README, "Limits").
 from __future__ import annotations
 
 import dataclasses
+import math
 import platform
 import time
 
@@ -115,6 +119,29 @@ def bench_update(policy, rollouts, attn: str, length: int, minibatch: int, repea
     return {"what": f"update T={length}, {attn}", "tokens": n, "seconds": best, "tokens_per_s": n / best}
 
 
+def bench_grpo_step(policy, episodes, roll: dict, group_size: int, minibatch: int) -> dict:
+    """A GRPO step as the trainer takes it: the rollout measured in `roll`, then the trainer's
+    `grpo_update` (cpu profile's settings, the bench's minibatch) on those episodes with rewards
+    1, 0, 1, 0, ... so that every group has spread and no minibatch is skipped: a full update.
+    The shares split the step into decode forwards, sampling, environment and update.
+    It trains the policy's weights: the bench runs it last."""
+    from ..rl.config import TrainConfig
+    from ..rl.train import grpo_update
+
+    cfg = TrainConfig.from_profile("cpu", group_size=group_size, minibatch_size=minibatch)
+    episodes = [dataclasses.replace(r, reward=float(i % 2 == 0)) for i, r in enumerate(episodes)]
+    opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr)
+    t0 = time.perf_counter()
+    upd = grpo_update(policy, opt, episodes, cfg, np.random.default_rng(0))
+    update_s = time.perf_counter() - t0
+    step_s = roll["seconds"] + update_s
+    return {"what": "GRPO step, full update", "tokens": roll["tokens"], "seconds": step_s,
+            "tokens_per_s": roll["tokens"] / step_s, "update_tokens": upd["update_tokens"],
+            "forward_share": roll["forward_share"] * roll["seconds"] / step_s,
+            "sample_share": roll["sample_share"] * roll["seconds"] / step_s,
+            "env_share": roll["env_share"] * roll["seconds"] / step_s, "update_share": update_s / step_s}
+
+
 def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per_step"] * CPU_PROFILE["group_size"],
                  device: str = "cpu", max_turns: int = CPU_PROFILE["max_turns"],
                  max_tokens: int = CPU_PROFILE["max_tokens"], max_new_tokens: int = CPU_PROFILE["max_new_tokens"],
@@ -139,6 +166,10 @@ def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per
         for attn in ("sinkflex", "eager"):
             log(f"update T={length} on {attn} ...")
             rows.append(bench_update(policy, episodes, attn, length, minibatch))
+    group = math.gcd(CPU_PROFILE["group_size"], batch)   # the cpu profile's groups, or fewer rows each
+    if group >= 2:
+        log(f"a GRPO step with a full update (groups of {group}) ...")
+        rows.append(bench_grpo_step(policy, episodes, roll, group, minibatch))
     if out is not None:
         save_table(rows, "bench_rl", floatfmt=".4g", directory=out)
     return rows
@@ -165,5 +196,5 @@ def report(rows: list[dict], device: str) -> str:
             ratios.append(f"{r['what'].split(',')[0]} tokens/s, sinkflex / eager: "
                           f"{r['tokens_per_s'] / eager['tokens_per_s']:.2f}")
     cols = ["what", "tokens", "seconds", "tokens_per_s", "ms_per_forward", "cache_slots", "forward_share",
-            "sample_share", "env_share"]
+            "sample_share", "env_share", "update_share"]
     return markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n" + environment_line(device)

@@ -2,6 +2,8 @@
 
 import csv
 
+import pytest
+
 from sinkflex_lib.bench.__main__ import main
 from sinkflex_lib.bench.rl import report, run_rl_bench
 
@@ -18,7 +20,13 @@ def test_rows_files_and_report(tmp_path):
     assert 0 < ours["tokens"] <= 2 * 2 * 6 and ours["forwards"] >= 6
     assert 0 < ours["forward_share"] + ours["sample_share"] + ours["env_share"] <= 1.0
     assert all(by[w]["tokens"] == ours["tokens"] for w in rollouts)   # speed options: same episodes
-    updates = whats[5:]
+    updates, step = whats[5:-1], by["GRPO step, full update"]
+    # a full update: every token of the episodes, as the update row at the longest length counts them
+    assert whats[-1] == step["what"] and step["update_tokens"] == by[updates[-2]]["tokens"] > 0
+    assert step["seconds"] > ours["seconds"] and step["tokens"] == ours["tokens"]
+    shares = [step[k] for k in ("forward_share", "sample_share", "env_share", "update_share")]
+    assert all(x > 0 for x in shares) and sum(shares) <= 1.0
+    assert step["forward_share"] * step["seconds"] == pytest.approx(ours["forward_share"] * ours["seconds"])
     assert updates and len(updates) % 2 == 0
     for s, e in zip(updates[::2], updates[1::2]):   # each length on both attentions, same tokens
         assert s.endswith("sinkflex") and e == s.replace("sinkflex", "eager") and by[s]["tokens"] == by[e]["tokens"] > 0
