@@ -164,15 +164,18 @@ def _act(name: str, **arguments) -> dict:
     return {"name": name, "arguments": arguments}
 
 
-def _opts(options: dict) -> str:
+def options_text(options: dict) -> str:
+    """Options as the scripted user says them: "color white, size L"."""
     return ", ".join(f"{k} {v}" for k, v in options.items())
 
 
-def _item_text(item: dict) -> str:
-    return f"{item['name']} ({_opts(item['options'])})"
+def item_text(item: dict) -> str:
+    """An ordered item as the scripted user names it: "T-Shirt (color white, size L)"."""
+    return f"{item['name']} ({options_text(item['options'])})"
 
 
-def _method_text(m: dict) -> str:
+def method_text(m: dict) -> str:
+    """A payment method as the scripted user names it."""
     if m["source"] == "credit_card":
         return f"{m['brand']} credit card ending in {m['last_four']}"
     return "gift card" if m["source"] == "gift_card" else "PayPal account"
@@ -255,7 +258,7 @@ class _TaskMaker:
         reason = self.rng.choice(CANCEL_REASONS)
         why = "you no longer need it" if reason == "no longer needed" else "you ordered it by mistake"
         text = (f"You want to cancel your order {order['order_id']} because {why}." if self.rng.random() < 0.7
-                else f"You want to cancel your pending order that contains the {_item_text(order['items'][0])}, because {why}.")
+                else f"You want to cancel your pending order that contains the {item_text(order['items'][0])}, because {why}.")
         return TaskSpec(text, [_act("get_order_details", order_id=order["order_id"]),
                                        _act("cancel_pending_order", order_id=order["order_id"], reason=reason)])
 
@@ -275,10 +278,10 @@ class _TaskMaker:
         items, news, pids = picked
         diff = sum(v["price"] - i["price"] for i, v in zip(items, news))
         pm = self._pay_for(user, max(diff, 0))
-        changes = "; and ".join(f"the {_item_text(i)} to the variant with {_opts(v['options'])}"
+        changes = "; and ".join(f"the {item_text(i)} to the variant with {options_text(v['options'])}"
                                 for i, v in zip(items, news))
         text = (f"In order {order['order_id']} you want to {verb} {changes}. Any price difference "
-                f"should go through your {_method_text(pm)}. These are all the items you want to {verb}.")
+                f"should go through your {method_text(pm)}. These are all the items you want to {verb}.")
         acts = [_act("get_order_details", order_id=order["order_id"])]
         acts += [_act("get_product_details", product_id=p) for p in pids]
         acts.append(_act(tool, order_id=order["order_id"], item_ids=[i["item_id"] for i in items],
@@ -302,7 +305,7 @@ class _TaskMaker:
         if not ok:
             return None
         m = self.rng.choice(ok)
-        return TaskSpec(f"You want to pay for order {order['order_id']} with your {_method_text(m)} instead.",
+        return TaskSpec(f"You want to pay for order {order['order_id']} with your {method_text(m)} instead.",
                         [_act("get_order_details", order_id=order["order_id"]),
                          _act("modify_pending_order_payment", order_id=order["order_id"], payment_method_id=m["id"])])
 
@@ -313,9 +316,9 @@ class _TaskMaker:
         gift = [m for m in user["payment_methods"].values() if m["source"] == "gift_card"]
         original = user["payment_methods"][order["payment_history"][0]["payment_method_id"]]
         m = gift[0] if gift and self.rng.random() < 0.4 else original
-        names = " and the ".join(_item_text(i) for i in items)
+        names = " and the ".join(item_text(i) for i in items)
         return TaskSpec(f"You want to return the {names} from order {order['order_id']}, with the refund "
-                        f"to your {_method_text(m)}.",
+                        f"to your {method_text(m)}.",
                         [_act("get_order_details", order_id=order["order_id"]),
                          _act("return_delivered_order_items", order_id=order["order_id"],
                               item_ids=[i["item_id"] for i in items], payment_method_id=m["id"])])
@@ -357,7 +360,7 @@ class _TaskMaker:
                 v = self.rng.choice(sorted(p["variants"]))
                 v = p["variants"][v]
                 return TaskSpec(f"You bought a {p['name']} in order {order['order_id']} and want to know the current "
-                                f"price of the {p['name']} variant with {_opts(v['options'])}.",
+                                f"price of the {p['name']} variant with {options_text(v['options'])}.",
                                 acts, [str(round(v["price"], 2))], user=user)
             n = sum(v["available"] for v in p["variants"].values())
             return TaskSpec(f"You bought a {p['name']} in order {order['order_id']} and want to know how many "
@@ -403,7 +406,7 @@ class _TaskMaker:
         order, user = self._order(("pending",))
         item = order["items"][0]
         other = self.rng.choice([p for p in self.db["products"].values() if p["product_id"] != item["product_id"]])
-        return TaskSpec(f"In order {order['order_id']} you want to swap the {_item_text(item)} for a "
+        return TaskSpec(f"In order {order['order_id']} you want to swap the {item_text(item)} for a "
                         f"{other['name']} instead.",
                         [_act("get_order_details", order_id=order["order_id"])], [], None,
                         "Items can only change to variants of the same product.", user=user)

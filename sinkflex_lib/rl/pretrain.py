@@ -9,9 +9,12 @@ from the context lowers the loss. Episodes are the oracle's, rendered and tokeni
 the rollout worker builds them (:func:`.chat.oracle_transcript`), with the project tokenizer,
 under which an id, a name or an e-mail is the same token sequence wherever it appears.
 
-Schedule, three phases. `induction_steps` of the induction task (a random token string, a gap,
-then the same string again; loss on the repeat, :meth:`EpisodeStream.induction`): matching
-content, not a fixed offset, is what copies an id. Then `copy_steps` of a copy curriculum: the
+Schedule, four phases (a phase of 0 steps is skipped). `induction_steps` of the induction task (a
+random token string, a gap, then the same string again; loss on the repeat,
+:meth:`EpisodeStream.induction`): matching content, not a fixed offset, is what copies an id. Then
+`lookup_steps` of flat key -> value look-ups (:mod:`.lookups`: a digit-only id is found by its key,
+not by the token before it); after them every step may add `lookup_mix` look-ups in the current
+training world's own tool results (a third forward). Then `copy_steps` of a copy curriculum: the
 episodes without the system message, cut at `copy_max_tokens` (the first look-ups and calls,
 where most ids are copied: many copies per token of compute). Then whole episodes (cut at the
 last agent turn that fits `max_tokens`). After the induction phase every step may add
@@ -54,6 +57,7 @@ from ..envs.actions import argument_value_spans
 from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
+from .lookups import flat_lookup, world_lookup
 from .policy import build_policy, num_parameters
 from .config import SEED, int_arg
 from .warmstart import demonstration
@@ -73,6 +77,9 @@ class PretrainConfig:
     induction_gap: int = 16
     induction_alphabets: tuple = (0,)   # symbols a string draws from, example by example (0: the vocabulary)
     induction_mix: int = 16          # induction examples added to every later step (keeps the circuit)
+    lookup_steps: int = 0            # phase 1b: flat key -> value look-ups (:func:`.lookups.flat_lookup`)
+    lookup_batch: int = 32
+    lookup_mix: int = 0              # look-ups in training-world tool results added to every later step
     copy_steps: int = 2000           # phase 2: short episodes without the system message
     copy_batch: int = 24
     copy_max_tokens: int = 256
@@ -94,8 +101,8 @@ class PretrainConfig:
 
 
 PROFILES = {
-    "smoke": dict(policy="micro", steps=5, induction_steps=1, induction_batch=2, induction_len=6, induction_gap=3,
-                  induction_alphabets=(3, 0),
+    "smoke": dict(policy="micro", steps=6, induction_steps=1, induction_batch=2, induction_len=6, induction_gap=3,
+                  induction_alphabets=(3, 0), lookup_steps=1, lookup_batch=2, lookup_mix=1,
                   copy_steps=2, copy_batch=4, batch=2, max_tokens=768,
                   warmup=1, episodes_per_world=3, eval_every=2, eval_tasks=3, copy_eval_tasks=3,
                   ckpt_every=2, rollout=RolloutConfig(max_turns=3, max_tokens=768, max_new_tokens=12)),
@@ -106,6 +113,11 @@ PROFILES = {
     # 1,100 steps left the base copying 67% of argument values teacher-forced (step 3,500), agent
     # loss still falling (0.32 -> 0.24 nats over steps 3,350-3,600), greedy turns garbled.
     "episodes": dict(induction_steps=0, copy_steps=0, steps=3000, lr=7e-4, warmup=50),
+    # a third stage: digit-only ids (item, product) were never copied after the two stages above
+    # (their first token, even with one candidate in the context): flat look-ups form a key -> value
+    # circuit, then episodes with look-ups in the worlds' own tool results (README, "Limits").
+    "lookups": dict(induction_steps=0, lookup_steps=400, copy_steps=0, steps=3000, lr=7e-4, warmup=50,
+                    lookup_mix=4),
 }
 
 ARG_KINDS = {"email": "email", "user_id": "user_id", "order_id": "order_id", "item_ids": "item_id",
@@ -168,6 +180,9 @@ class EpisodeStream:
         c, phase = self.cfg, phase_of(self.cfg, step)
         if phase == "induction":
             return [self.induction(step, i) for i in range(c.induction_batch)], phase
+        if phase == "lookup":
+            return [flat_lookup(self.policy.tokenizer, self._seed(step, i), c.value_weight)
+                    for i in range(c.lookup_batch)], phase
         first = episodes_before(c, step)
         n = c.copy_batch if phase == "copy" else c.batch
         return [self.example(first + i, phase == "copy") for i in range(n)], phase
@@ -180,16 +195,32 @@ class EpisodeStream:
             return []
         return [self.induction(step, c.induction_batch + i) for i in range(c.induction_mix)]
 
+    def mixed_lookups(self, step: int) -> list[Rollout]:
+        """The `lookup_mix` look-ups in the tool results of the world the episodes of step `step`
+        come from, added to every step after the flat look-up phase."""
+        c = self.cfg
+        if not c.lookup_mix or phase_of(c, step) in ("induction", "lookup"):
+            return []
+        data = load_source(train_world(self.seed, episodes_before(c, step) // c.episodes_per_world))
+        return [world_lookup(self.policy.tokenizer, data, self._seed(step, i), c.value_weight, c.max_tokens)
+                for i in range(c.lookup_mix)]
+
+    def _seed(self, step: int, i: int) -> int:
+        """The seed of look-up example i of step `step`: a function of (run seed, step, i)."""
+        return int(np.random.default_rng([self.seed, step, i, 7]).integers(2**63 - 1))
+
 
 def phase_of(cfg: PretrainConfig, step: int) -> str:
     if step < cfg.induction_steps:
         return "induction"
-    return "copy" if step < cfg.induction_steps + cfg.copy_steps else "episodes"
+    if step < cfg.induction_steps + cfg.lookup_steps:
+        return "lookup"
+    return "copy" if step < cfg.induction_steps + cfg.lookup_steps + cfg.copy_steps else "episodes"
 
 
 def episodes_before(cfg: PretrainConfig, step: int) -> int:
     """Episodes of the stream used by steps 0 .. step-1."""
-    s = max(0, step - cfg.induction_steps)
+    s = max(0, step - cfg.induction_steps - cfg.lookup_steps)
     return cfg.copy_batch * min(s, cfg.copy_steps) + cfg.batch * max(0, s - cfg.copy_steps)
 
 
@@ -313,11 +344,14 @@ def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, 
         loss, agent_loss = weighted_loss(policy, batch)
         if mixed:    # a separate forward: short rows padded to an episode's length would waste compute
             loss = loss + weighted_loss(policy, collate(mixed, pad_id))[0]
+        looks = stream.mixed_lookups(step)
+        if looks:
+            loss = loss + weighted_loss(policy, collate(looks, pad_id))[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip)
         opt.step()
-        n_tok = int(batch["attention_mask"].sum()) + sum(len(r.ids) for r in mixed)
+        n_tok = int(batch["attention_mask"].sum()) + sum(len(r.ids) for r in mixed + looks)
         tokens += n_tok
         row = {"kind": "train", "step": step + 1, "phase": phase,
                "loss": float(loss.detach()), "agent_loss": agent_loss, "grad_norm": float(gn),

@@ -16,8 +16,9 @@ def test_stream_is_a_function_of_seed_and_step_and_changes_world(micro_policy):
     cfg = pt.PretrainConfig(**{**pt.PROFILES["smoke"], "episodes_per_world": 2})
     a, b = pt.EpisodeStream(micro_policy, cfg, 0), pt.EpisodeStream(micro_policy, cfg, 0)
     assert [x.ids for x in a.batch(3)[0]] == [x.ids for x in b.batch(3)[0]]
-    first = cfg.induction_steps
-    assert [a.batch(s)[1] for s in (0, first, first + cfg.copy_steps)] == ["induction", "copy", "episodes"]
+    first = cfg.induction_steps + cfg.lookup_steps
+    assert [a.batch(s)[1] for s in (0, cfg.induction_steps, first, first + cfg.copy_steps)] == [
+        "induction", "lookup", "copy", "episodes"]
     for rep in a.batch(0)[0]:   # string, gap, string again; loss on the repeat after its first token
         trained = sum(rep.mask)
         n = trained + 1
@@ -92,7 +93,7 @@ def test_smoke_run_resumes_bit_identically_on_one_thread(tmp_path):
     assert [r["step"] for r in rb if r["kind"] == "session"] == [0, 2]
     code = pt.run_totals(tmp_path / "b", 4)["stages"][-1]["code"]
     assert [c["from_step"] for c in code] == [0, 2] and all("commit" in c and "dirty" in c for c in code)
-    assert [r["phase"] for r in ra if r["kind"] == "train"] == ["induction"] + ["copy"] * 2 + ["episodes"] * 2
+    assert [r["phase"] for r in ra if r["kind"] == "train"] == ["induction", "lookup"] + ["copy"] * 2 + ["episodes"] * 2
     assert (tmp_path / "a" / "step_4" / "config.json").is_file()
 
 
@@ -175,3 +176,21 @@ def test_mixed_induction_comes_after_the_induction_phase_and_apart_from_it(micro
     assert [r.ids for r in mixed] == [r.ids for r in again]
     off = pt.EpisodeStream(micro_policy, pt.PretrainConfig(**{**pt.PROFILES["smoke"], "induction_mix": 0}), 0)
     assert off.mixed_induction(cfg.induction_steps) == []
+
+
+def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro_policy):
+    cfg = pt.PretrainConfig(**pt.PROFILES["lookups"])
+    phases = [pt.phase_of(cfg, s) for s in range(cfg.steps)]
+    assert phases == ["lookup"] * cfg.lookup_steps + ["episodes"] * (cfg.steps - cfg.lookup_steps)
+    assert pt.episodes_before(cfg, cfg.lookup_steps + 3) == 3 * cfg.batch    # look-ups use no episodes
+    small = pt.PretrainConfig(**pt.PROFILES["smoke"])
+    stream = pt.EpisodeStream(micro_policy, small, 0)
+    s = small.induction_steps                                                  # the look-up phase
+    batch, phase = stream.batch(s)
+    assert phase == "lookup" and len(batch) == small.lookup_batch and all(r.task_id == "lookup" for r in batch)
+    assert stream.mixed_lookups(s) == []                                      # no world look-ups during it
+    later = stream.mixed_lookups(s + 1)
+    assert [r.task_id for r in later] == ["world-lookup"] * small.lookup_mix
+    again = pt.EpisodeStream(micro_policy, small, 0).mixed_lookups(s + 1)    # a function of (seed, step)
+    assert [r.ids for r in later] == [r.ids for r in again]
+    assert pt.EpisodeStream(micro_policy, small, 1).mixed_lookups(s + 1)[0].ids != later[0].ids

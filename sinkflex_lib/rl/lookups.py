@@ -1,0 +1,117 @@
+"""Look-up examples for pretraining: copy the value that follows a key in a tool result into a call.
+
+An id made of digits only (item and product ids) has no token of its own to match on: the call's
+``product_id='`` and the result's ``product_id:`` share the key two tokens before the value, not the
+token just before it, so the one-back match the induction task teaches finds nothing. Two tasks
+teach the look-up (README, "Limits", measured):
+
+- `flat_lookup`: a short record ``<|tool|>{k1:v1,...,kn:vn}<|end|>`` of the domain's keys with
+  values shaped like its ids, then 1-3 calls ``f(k='v')``; loss on the values only. Dense and short:
+  the circuit forms in a few hundred steps.
+- `world_lookup`: tool results of a training world as the environment renders them
+  (get_user_details, get_order_details, sometimes get_product_details), then 1-4 user hints, each
+  the way the scripted user says it ("the T-Shirt (color white, size L)", "the variant with ...",
+  "my visa credit card ending in 7860"), each followed by the real tool call whose value it picks.
+
+Both return a `Rollout` layout whose `old_logp` carries the loss weights (as
+`warmstart.demonstration`): `weight` on the value tokens, 0 elsewhere; mask 1 on the values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..envs.db import RetailDB
+from ..envs.synthetic import item_text, method_text, options_text
+from ..envs.tools import call_tool
+from .chat import ASSISTANT, END, render_message
+from .rollout import Rollout
+
+# keys of the retail tool results, and the call that takes each id-like one
+LOOKUP_KEYS = ("product_id", "item_id", "order_id", "user_id", "payment_method_id", "name", "price", "zip",
+               "city", "status", "email", "address1", "state", "country", "amount", "id", "source", "brand",
+               "balance")
+CALL_OF_KEY = {"product_id": "get_product_details", "order_id": "get_order_details",
+               "user_id": "get_user_details", "item_id": "return_delivered_order_items",
+               "payment_method_id": "modify_pending_order_payment"}
+
+
+def _digits(rng, n: int) -> str:
+    return "".join(str(d) for d in rng.integers(0, 10, n))
+
+
+def _value(rng) -> str:
+    """A value shaped like the data's: a 10-digit id, an order id, a payment method id or a zip."""
+    r = rng.random()
+    if r < 0.5:
+        return _digits(rng, 10)
+    if r < 0.7:
+        return "#W" + _digits(rng, 7)
+    if r < 0.85:
+        return str(rng.choice(["credit_card_", "paypal_", "gift_card_"])) + _digits(rng, 7)
+    return _digits(rng, 5)
+
+
+def _layout(tokenizer, context: str, queries: list[tuple[str, str, str]], weight: float, max_tokens: int,
+            task: str, seed: int) -> Rollout:
+    """Context tokens, then per (text before the value, value, text after it): the three in order,
+    the value weighted (mask 1), then <|end|>; cut at `max_tokens`."""
+    enc = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    ids = enc(context)
+    weights = [0.0] * len(ids)
+    for head, value, close in queries:
+        h, v, t = enc(head), enc(value), enc(close + END)
+        ids += h + v + t
+        weights += [0.0] * len(h) + [weight] * len(v) + [0.0] * len(t)
+    r = Rollout(task, seed)
+    for j, (x, w) in enumerate(zip(ids[:max_tokens], weights[:max_tokens])):
+        r.append(int(x), 1, j, mask=int(w > 0), logp=w)
+    return r
+
+
+def flat_lookup(tokenizer, seed: int, weight: float = 1.0, max_tokens: int = 512) -> Rollout:
+    """A flat record of 4-11 distinct keys and 1-3 calls that copy one of its values each."""
+    rng = np.random.default_rng(seed)
+    keys = [str(k) for k in rng.choice(LOOKUP_KEYS, int(rng.integers(4, 12)), replace=False)]
+    values = [_value(rng) for _ in keys]
+    context = render_message("tool", "{" + ",".join(f"{k}:{v}" for k, v in zip(keys, values)) + "}")
+    picks = rng.permutation(len(keys))[: int(rng.integers(1, 4))]
+    queries = [(f"{ASSISTANT}{CALL_OF_KEY.get(keys[i], 'lookup')}({keys[i]}='", values[i], "')") for i in picks]
+    return _layout(tokenizer, context, queries, weight, max_tokens, "lookup", seed)
+
+
+def _tool(db, name: str, **args) -> str:
+    text, _ = call_tool(RetailDB(db), name, args)
+    return render_message("tool", text)
+
+
+def world_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int = 1536) -> Rollout:
+    """Tool results of a user and one of their orders in `data` (a training world's RetailData),
+    then user hints and the calls whose id each hint picks (module docstring)."""
+    rng = np.random.default_rng(seed)
+    db = data.db
+    users = db.tables["users"]
+    uid = list(users)[int(rng.integers(len(users)))]
+    user = users[uid]
+    orders = [o for o in user["orders"] if o in db.tables["orders"]]
+    oid = orders[int(rng.integers(len(orders)))]
+    items = db.tables["orders"][oid]["items"]
+    item = items[int(rng.integers(len(items)))]
+    context = [_tool(db, "get_user_details", user_id=uid), _tool(db, "get_order_details", order_id=oid)]
+    said = render_message("user", f"the {item_text(item)}") + ASSISTANT
+    queries = [(said + "get_product_details(product_id='", item["product_id"], "')"),
+               (said + f"return_delivered_order_items(order_id='{oid}', item_ids=['", item["item_id"], "'])")]
+    if rng.random() < 0.5:
+        context.append(_tool(db, "get_product_details", product_id=item["product_id"]))
+        variants = list(db.tables["products"][item["product_id"]]["variants"].values())
+        v = variants[int(rng.integers(len(variants)))]
+        queries.append((render_message("user", f"the variant with {options_text(v['options'])}") + ASSISTANT +
+                        f"modify_pending_order_items(order_id='{oid}', item_ids=['{item['item_id']}'], "
+                        f"new_item_ids=['", v["item_id"], "'])"))
+    methods = list(user["payment_methods"].values())
+    m = methods[int(rng.integers(len(methods)))]
+    queries.append((render_message("user", f"my {method_text(m)}") + ASSISTANT +
+                    f"modify_pending_order_payment(order_id='{oid}', payment_method_id='", m["id"], "')"))
+    picks = rng.permutation(len(queries))[: int(rng.integers(1, len(queries) + 1))]
+    return _layout(tokenizer, "".join(context), [queries[i] for i in picks], weight, max_tokens,
+                   "world-lookup", seed)

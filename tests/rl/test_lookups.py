@@ -1,0 +1,69 @@
+"""Look-up examples: the weighted tokens are exactly the values the context pairs with their keys
+(or with what the user's words name), checked by parsing the decoded text independently."""
+
+import re
+
+import pytest
+
+from sinkflex_lib.envs.data import load_source
+from sinkflex_lib.rl.lookups import LOOKUP_KEYS, flat_lookup, world_lookup
+from sinkflex_lib.rl.pretrain import train_world
+
+
+def _spans(tok, r):
+    """The decoded text of each run of mask-1 tokens, and the text before it."""
+    out, j = [], 0
+    while j < len(r.mask):
+        if r.mask[j]:
+            k = j
+            while k < len(r.mask) and r.mask[k]:
+                k += 1
+            out.append((tok.decode(r.ids[:j]), tok.decode(r.ids[j:k])))
+            j = k
+        else:
+            j += 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flat_lookup_weights_the_value_of_the_key_each_call_names(micro_policy, seed):
+    tok = micro_policy.tokenizer
+    r = flat_lookup(tok, seed, weight=3.0)
+    text = tok.decode(r.ids)
+    record = dict(kv.split(":", 1) for kv in re.search(r"<\|tool\|>\{(.*?)\}<\|end\|>", text).group(1).split(","))
+    assert 4 <= len(record) <= 11 and set(record) <= set(LOOKUP_KEYS)
+    spans = _spans(tok, r)
+    assert 1 <= len(spans) <= 3
+    for before, value in spans:
+        key = re.search(r"\((\w+)='$", before).group(1)
+        assert value == record[key]
+    assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and not any(w for w, m in zip(r.old_logp, r.mask) if not m)
+    assert r.pos == list(range(len(r.ids))) and flat_lookup(tok, seed, weight=3.0).ids == r.ids
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_world_lookup_picks_the_id_the_users_words_name(micro_policy, seed):
+    tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
+    r = world_lookup(tok, data, seed)
+    orders, products, users = (data.db.tables[t] for t in ("orders", "products", "users"))
+    for before, value in _spans(tok, r):
+        said = re.findall(r"<\|user\|>(.*?)<\|end\|>", before)[-1]
+        call = before.rsplit("<|assistant|>", 1)[1]
+        oid = re.search(r"order_id='(#W\d+)'", call)
+        items = orders[oid.group(1)]["items"] if oid else [i for o in orders.values() for i in o["items"]]
+        named = [i for i in items if said == f"the {i['name']} ({', '.join(f'{k} {v}' for k, v in i['options'].items())})"]
+        if call.startswith("get_product_details"):
+            assert value in {i["product_id"] for i in named}
+        elif "new_item_ids" in call:
+            variants = [v for p in products.values() for v in p["variants"].values()
+                        if said == "the variant with " + ", ".join(f"{k} {x}" for k, x in v["options"].items())]
+            assert value in {v["item_id"] for v in variants}
+        elif "item_ids" in call:
+            assert value in {i["item_id"] for i in named}
+        else:
+            assert "payment_method_id" in call
+            m = next(u["payment_methods"][value] for u in users.values() if value in u["payment_methods"])
+            spoken = {"credit_card": f"my {m.get('brand')} credit card ending in {m.get('last_four')}",
+                      "paypal": "my PayPal account", "gift_card": "my gift card"}[m["source"]]
+            assert said == spoken
+    assert r.task_id == "world-lookup" and r.ids and sum(r.mask) > 0
