@@ -91,7 +91,10 @@ def world_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: in
     rng = np.random.default_rng(seed)
     db = data.db
     users = db.tables["users"]
-    uid = list(users)[int(rng.integers(len(users)))]
+    with_orders = [u for u, rec in users.items() if any(o in db.tables["orders"] for o in rec["orders"])]
+    if not with_orders:
+        raise ValueError("world_lookup needs a user with an order (every user of a generated world has 2-4)")
+    uid = with_orders[int(rng.integers(len(with_orders)))]
     user = users[uid]
     orders = [o for o in user["orders"] if o in db.tables["orders"]]
     oid = orders[int(rng.integers(len(orders)))]

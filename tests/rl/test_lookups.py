@@ -67,3 +67,11 @@ def test_world_lookup_picks_the_id_the_users_words_name(micro_policy, seed):
                       "paypal": "my PayPal account", "gift_card": "my gift card"}[m["source"]]
             assert said == spoken
     assert r.task_id == "world-lookup" and r.ids and sum(r.mask) > 0
+
+
+def test_world_lookup_refuses_a_world_without_orders(micro_policy):
+    from types import SimpleNamespace
+
+    db = SimpleNamespace(tables={"users": {"u": {"orders": [], "payment_methods": {}}}, "orders": {}, "products": {}})
+    with pytest.raises(ValueError, match="needs a user with an order"):
+        world_lookup(micro_policy.tokenizer, SimpleNamespace(db=db), 0)
