@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -65,9 +65,7 @@ def run_result(run_dir) -> dict:
 
 
 def _mean_std(xs: list[float]) -> dict:
-    m = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
-    return {"mean": m, "std": sd}
+    return {"mean": statistics.fmean(xs), "std": statistics.stdev(xs) if len(xs) > 1 else 0.0}
 
 
 def summarize_seeds(run_dirs) -> dict:
