@@ -9,7 +9,8 @@ Rows of the table (all on the same policy weights):
   slots a forward attends over, and the share of the rollout time spent in model forwards, in
   sampling and in the environment plus observation tokenization;
 - ``rollout, <option> off``: the same with one speed option of `RolloutConfig` switched off
-  (and with all of them off): what each is worth;
+  (and with all of them off, the loop as it was before them): what each is worth. The episodes
+  are the same but for `fast_sampling`, whose sampler draws other tokens for the same seed;
 - ``generate() (transformers)``: transformers' `generate()` with its KV cache from the same
   B first prompts (left-padded), `max_new_tokens` new tokens each, no environment: its tokens
   per second and milliseconds per forward (the comparable part of a rollout: decoding);
@@ -17,6 +18,8 @@ Rows of the table (all on the same policy weights):
   the pad-free episodes just rolled out, cut to their first n tokens, in the trainer's
   minibatches, for the sinkflex attention and transformers' eager one: tokens per second
   (timed twice, the faster kept), at lengths up to the longest episode;
+- ``update T=<longest>, sinkflex, shared prefix``: the same at the longest length, scored as the
+  trainer scores (the rows' common prompt prefix run once per minibatch, `token_logprobs`);
 - ``GRPO step, full update``: that rollout plus the trainer's own update on its episodes, every
   group given reward spread (groups of the cpu profile's 8, or fewer for a smaller batch), with
   the step's shares of decode forwards, sampling, environment and update.
@@ -52,7 +55,8 @@ def _specs(batch: int) -> list[tuple[str, int]]:
     return [(t, i) for i, t in enumerate(balanced_task_ids(SOURCE, batch))]
 
 
-SPEED_OPTIONS = ("cache_in_place", "drop_pad_slots")   # RolloutConfig's speed-only switches
+# RolloutConfig's speed-only switches
+SPEED_OPTIONS = ("cache_in_place", "drop_pad_slots", "share_prompt_prefix", "lean_forward", "fast_sampling")
 UPDATE_LENGTHS = (256, 512, 1024)                      # and the longest episode
 
 
@@ -93,9 +97,12 @@ def bench_generate(policy, specs, cfg: RolloutConfig) -> dict:
             "ms_per_forward": 1e3 * s / max(1, out.shape[1] - width), "forwards": out.shape[1] - width}
 
 
-def bench_update(policy, rollouts, attn: str, length: int, minibatch: int, repeats: int = 2) -> dict:
+def bench_update(policy, rollouts, attn: str, length: int, minibatch: int, repeats: int = 2,
+                 share_prefix: bool = False) -> dict:
     """Forward + backward of the GRPO loss on the pad-free episodes cut to `length` tokens, in
-    minibatches of `minibatch` episodes as the trainer takes them; the faster of `repeats`."""
+    minibatches of `minibatch` episodes as the trainer takes them; the faster of `repeats`.
+    `share_prefix`: the trainer's scoring, the prompts' common prefix run once per minibatch
+    (sinkflex only); off, every token of every row is computed (the attention kernels compared)."""
     if attn != "sinkflex":
         other = build_policy(policy.name, attn_implementation=attn, device=policy.device)
         other.model.load_state_dict(policy.model.state_dict())
@@ -109,14 +116,15 @@ def bench_update(policy, rollouts, attn: str, length: int, minibatch: int, repea
         t0 = time.perf_counter()
         for a in range(0, len(rollouts), minibatch):
             sub = {k: v[a:a + minibatch] for k, v in batch.items()}
-            logp, _ = token_logprobs(model, sub)
+            logp, _ = token_logprobs(model, sub, share_prefix=share_prefix)
             dev = logp.device
             loss, _ = grpo_loss(logp, sub["old_logp"].to(dev), adv[a:a + minibatch].to(dev), sub["mask"].to(dev))
             loss.backward()
             model.zero_grad(set_to_none=True)
         best = min(best, time.perf_counter() - t0)
     n = int(batch["attention_mask"].sum())
-    return {"what": f"update T={length}, {attn}", "tokens": n, "seconds": best, "tokens_per_s": n / best}
+    what = f"update T={length}, {attn}" + (", shared prefix" if share_prefix else "")
+    return {"what": what, "tokens": n, "seconds": best, "tokens_per_s": n / best}
 
 
 def bench_grpo_step(policy, episodes, roll: dict, group_size: int, minibatch: int) -> dict:
@@ -152,6 +160,8 @@ def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per
     policy = build_policy(policy_name, device=device)
     cfg = RolloutConfig(max_turns=max_turns, max_tokens=max_tokens, max_new_tokens=max_new_tokens, source=SOURCE)
     specs = _specs(batch)
+    log(f"warm-up: {batch} episodes of {SOURCE}, 2 turns (not timed) ...")
+    rollout_batch(policy, specs, dataclasses.replace(cfg, max_turns=2))   # the first rollout of a process pays set-up
     log(f"rollout: {batch} episodes of {SOURCE} ...")
     roll, episodes = bench_rollout(policy, specs, cfg)
     rows = [roll]
@@ -166,6 +176,8 @@ def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per
         for attn in ("sinkflex", "eager"):
             log(f"update T={length} on {attn} ...")
             rows.append(bench_update(policy, episodes, attn, length, minibatch))
+    log(f"update T={longest} on sinkflex, the prompts' common prefix once per minibatch ...")
+    rows.append(bench_update(policy, episodes, "sinkflex", longest, minibatch, share_prefix=True))
     group = math.gcd(CPU_PROFILE["group_size"], batch)   # the cpu profile's groups, or fewer rows each
     if group >= 2:
         log(f"a GRPO step with a full update (groups of {group}) ...")
@@ -195,6 +207,10 @@ def report(rows: list[dict], device: str) -> str:
             eager = by[r["what"].replace("sinkflex", "eager")]
             ratios.append(f"{r['what'].split(',')[0]} tokens/s, sinkflex / eager: "
                           f"{r['tokens_per_s'] / eager['tokens_per_s']:.2f}")
+        if r["what"].endswith("shared prefix"):
+            plain = by[r["what"].removesuffix(", shared prefix")]
+            ratios.append(f"{r['what'].split(',')[0]} seconds, sinkflex / sinkflex with the shared prefix: "
+                          f"{plain['seconds'] / r['seconds']:.2f}")
     cols = ["what", "tokens", "seconds", "tokens_per_s", "ms_per_forward", "cache_slots", "forward_share",
             "sample_share", "env_share", "update_share"]
     return markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n" + environment_line(device)

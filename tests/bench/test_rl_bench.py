@@ -11,18 +11,21 @@ from sinkflex_lib.bench.rl import report, run_rl_bench
 def test_rows_files_and_report(tmp_path):
     rows = run_rl_bench("micro", batch=2, max_turns=2, max_new_tokens=6, minibatch=1, out=tmp_path, log=lambda m: None)
     whats = [r["what"] for r in rows]
-    rollouts = ["rollout (ours)", "rollout, cache_in_place off", "rollout, drop_pad_slots off",
-                "rollout, cache_in_place and drop_pad_slots off"]
-    assert whats[:5] == rollouts + ["generate() (transformers)"]
+    options = ["cache_in_place", "drop_pad_slots", "share_prompt_prefix", "lean_forward", "fast_sampling"]
+    rollouts = ["rollout (ours)"] + [f"rollout, {o} off" for o in options] + [f"rollout, {' and '.join(options)} off"]
+    assert whats[:8] == rollouts + ["generate() (transformers)"]
     by = {r["what"]: r for r in rows}
     ours, gen = by["rollout (ours)"], by["generate() (transformers)"]
     assert gen["tokens"] == 2 * 6 and gen["forwards"] == 6      # max_new_tokens for every row
     assert 0 < ours["tokens"] <= 2 * 2 * 6 and ours["forwards"] >= 6
     assert 0 < ours["forward_share"] + ours["sample_share"] + ours["env_share"] <= 1.0
-    assert all(by[w]["tokens"] == ours["tokens"] for w in rollouts)   # speed options: same episodes
-    updates, step = whats[5:-1], by["GRPO step, full update"]
+    # speed options: same episodes; torch.multinomial draws other tokens than inverse-CDF sampling
+    assert all(by[w]["tokens"] == ours["tokens"] for w in rollouts[:-2] if "fast_sampling" not in w)
+    assert by["rollout, fast_sampling off"]["tokens"] == by[rollouts[-1]]["tokens"]
+    updates, shared, step = whats[8:-2], by[whats[-2]], by["GRPO step, full update"]
     # a full update: every token of the episodes, as the update row at the longest length counts them
     assert whats[-1] == step["what"] and step["update_tokens"] == by[updates[-2]]["tokens"] > 0
+    assert shared["what"] == updates[-2] + ", shared prefix" and shared["tokens"] == step["update_tokens"]
     assert step["seconds"] > ours["seconds"] and step["tokens"] == ours["tokens"]
     shares = [step[k] for k in ("forward_share", "sample_share", "env_share", "update_share")]
     assert all(x > 0 for x in shares) and sum(shares) <= 1.0
@@ -36,6 +39,7 @@ def test_rows_files_and_report(tmp_path):
     text = report(rows, "cpu")
     assert "ours / generate()" in text and "ours / speed options off" in text
     assert sum("sinkflex / eager" in line for line in text.splitlines()) == len(updates) // 2
+    assert sum("with the shared prefix" in line for line in text.splitlines()) == 1
     assert text.splitlines()[-1].startswith("device:")
 
 

@@ -37,3 +37,13 @@ def test_parameters_equal_tau2s_but_for_our_descriptions():
     for name, f in ref.items():
         assert list(mine[name]["parameters"]["properties"]) == list(f["parameters"]["properties"]), name
         assert _without_descriptions(mine[name]["parameters"]) == _without_descriptions(f["parameters"]), name
+
+
+def test_tool_schemas_are_fresh_objects_each_call():
+    from sinkflex_lib.envs.schemas import tool_schema, tool_schemas
+
+    first = tool_schemas()
+    first[0]["function"]["name"] = "changed"
+    again = tool_schemas()
+    assert again[0]["function"]["name"] != "changed"
+    assert again == [tool_schema(s["function"]["name"]) for s in again]

@@ -152,22 +152,98 @@ def test_token_logprobs_equal_a_plain_log_softmax_in_value_and_gradient(micro_po
 
 
 def test_each_speed_option_off_gives_the_same_greedy_episodes():
-    """The KV cache's in-place appends and its dropped pad slots are speed only: greedy tokens,
-    the layout and the sampling log-probs equal those of a run with each of them off. The shipped
-    base ends its turns at different lengths, so rows wait with pads that the cache drops."""
+    """The rollout's speed options change no greedy token: the KV cache's in-place appends and
+    dropped pad slots, the lean forward and the sampler give the same layout, and the shared prompt
+    prefix (pads then sit after it, not before it) the same pad-free episode; the sampling
+    log-probs agree to float rounding. The shipped base ends its turns at different lengths, so
+    rows wait with pads that the cache drops."""
     from sinkflex_lib.rl.policy import build_policy
 
     policy = build_policy("base-tiny")
     specs = group_specs(["cancel_000", "info_000", "return_000"], 2, [5, 6, 7])
     base = dict(max_turns=4, max_tokens=700, max_new_tokens=24, temperature=0.0)
-    stats = [{}, {}, {}, {}]
+    offs = ({}, {"cache_in_place": False}, {"drop_pad_slots": False}, {"cache_in_place": False, "drop_pad_slots": False},
+            {"lean_forward": False}, {"fast_sampling": False}, {"share_prompt_prefix": False})
+    stats = [{} for _ in offs]
     runs = [rollout_batch(policy, specs, RolloutConfig(**base, **flags), torch.Generator().manual_seed(0), st)
-            for flags, st in zip(({}, {"cache_in_place": False}, {"drop_pad_slots": False},
-                                  {"cache_in_place": False, "drop_pad_slots": False}), stats)]
+            for flags, st in zip(offs, stats)]
     assert any(0 in r.attn[r.mask.index(1):] for r in runs[0])   # pads were there to drop
-    assert stats[0]["cache_slots"] == stats[1]["cache_slots"] < stats[2]["cache_slots"] == stats[3]["cache_slots"]
-    for other in runs[1:]:
+    slots = [st["cache_slots"] for st in stats]
+    assert slots[0] == slots[1] == slots[4] == slots[5] < slots[2] == slots[3]
+    assert any(a.ids != b.ids for a, b in zip(runs[0], runs[-1]))   # the prefix moves the prompt's pads
+    for flags, other in zip(offs[1:], runs[1:]):
         for a, b in zip(runs[0], other):
+            if "share_prompt_prefix" in flags:   # the layouts differ where the pads sit, the episodes do not
+                a, b = without_pads(a), without_pads(b)
             assert (a.ids, a.attn, a.pos, a.mask, a.actions) == (b.ids, b.attn, b.pos, b.mask, b.actions)
             # float rounding only (sums over other cache lengths): this file's log-prob tolerance
             torch.testing.assert_close(torch.tensor(a.old_logp), torch.tensor(b.old_logp), atol=1e-4, rtol=0)
+
+
+def test_shared_prefix_is_the_prompts_common_start_less_one_token():
+    from sinkflex_lib.rl.rollout import _Row, shared_prefix_length
+
+    def rows(*prompts):
+        return [_Row(None, None, pending=[(t, 0, 0.0) for t in p]) for p in prompts]
+
+    assert shared_prefix_length(rows([1, 2, 3, 4], [1, 2, 3, 5, 6])) == 3
+    assert shared_prefix_length(rows([1, 2, 3], [1, 2, 3, 4])) == 2    # a row keeps a token to feed
+    assert shared_prefix_length(rows([7, 2], [1, 2])) == 0
+    assert shared_prefix_length(rows([1, 2, 3], [1, 2, 3], [1, 9])) == 1
+
+
+def test_inverse_cdf_sampling_draws_the_distribution():
+    """Frequencies of 40,000 draws from a fixed generator against the probabilities (standard error
+    of each under 0.0025, so 0.01 is four of them); zero-probability tokens are never drawn."""
+    from sinkflex_lib.rl.rollout import sample_tokens
+
+    probs = torch.tensor([[0.0, 0.5, 0.2, 0.0, 0.3], [0.1, 0.1, 0.1, 0.6, 0.1]]).repeat(20_000, 1)
+    draws = sample_tokens(probs, torch.Generator().manual_seed(0)).view(20_000, 2)
+    for row in range(2):
+        freq = torch.bincount(draws[:, row], minlength=5).float() / 20_000
+        assert (freq - probs[row]).abs().max() < 0.01
+    assert not ((draws[:, 0] == 0) | (draws[:, 0] == 3)).any()
+    again = sample_tokens(probs, torch.Generator().manual_seed(0)).view(20_000, 2)
+    assert torch.equal(draws, again)
+    # an unnormalised row (float32 rounding) is sampled as its normalised self, never past the end
+    assert sample_tokens(torch.tensor([[0.0, 0.0, 0.7]]), torch.Generator().manual_seed(1)).item() == 2
+
+
+def test_common_prefix_length_needs_the_same_real_tokens_at_their_positions():
+    from sinkflex_lib.rl.rollout import common_prefix_length
+
+    ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 1, 2], [5, 6, 7, 8, 3]])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+             "position_ids": torch.arange(5).expand(3, 5).clone()}
+    assert common_prefix_length(batch) == 3
+    assert common_prefix_length({k: v[:1] for k, v in batch.items()}) == 0      # one row: nothing to share
+    same = {k: v[[0, 0]] for k, v in batch.items()}
+    assert common_prefix_length(same) == 4                                      # one column is left
+    batch["attention_mask"][1, 2] = 0                                           # a pad ends the prefix
+    assert common_prefix_length(batch) == 2
+    batch["attention_mask"][1, 2] = 1
+    batch["position_ids"][2, 1:] -= 1                                           # as do shifted positions
+    assert common_prefix_length(batch) == 1
+
+
+def test_shared_prefix_scoring_equals_the_plain_forward_in_value_and_gradient(micro_policy):
+    """token_logprobs with the rows' common prompt prefix run once: log-probs, entropies and every
+    parameter's gradient equal those of the plain forward over every row (float rounding)."""
+    from sinkflex_lib.rl.rollout import common_prefix_length
+
+    cfg = RolloutConfig(max_turns=3, max_tokens=600, max_new_tokens=8)
+    rows = rollout_batch(micro_policy, group_specs(["cancel_000", "info_000"], 2, [0, 1]), cfg,
+                         torch.Generator().manual_seed(0))
+    batch = collate([without_pads(r) for r in rows], micro_policy.pad_id)
+    assert common_prefix_length(batch) > 100          # the system text and the greeting
+    model, got = micro_policy.model.train(), []
+    for share in (True, False):
+        model.zero_grad()
+        logp, ent = token_logprobs(model, batch, with_entropy=True, share_prefix=share)
+        ((logp * batch["mask"]).sum() + 0.1 * ent.sum()).backward()
+        got.append((logp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]))
+    (lp, ent, grads), (lp0, ent0, grads0) = got
+    torch.testing.assert_close(lp, lp0, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent, ent0, atol=1e-5, rtol=0)
+    for g, g0 in zip(grads, grads0):
+        torch.testing.assert_close(g, g0, atol=1e-5 * float(g0.abs().max()) + 1e-9, rtol=0)
