@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in ("max-turns", "max-tokens", "max-new-tokens", "minibatch"):   # defaults: the cpu profile's (bench.rl)
         r.add_argument(f"--{flag}", type=int, default=None)
     r.add_argument("--out", default=None, help="directory for bench_rl.csv and bench_rl.md")
+    r.add_argument("--compete", type=int, default=0,
+                   help="run beside this many single-thread busy processes (a busy machine; default 0)")
     return ap
 
 
@@ -60,12 +62,12 @@ def rl_main(args) -> int:
         given = {k: v for k, v in dict(batch=args.batch, max_turns=args.max_turns, max_tokens=args.max_tokens,
                                        max_new_tokens=args.max_new_tokens, minibatch=args.minibatch).items()
                  if v is not None}
-        rows = run_rl_bench(args.policy, device=args.device, out=args.out, **given)
+        rows = run_rl_bench(args.policy, device=args.device, out=args.out, compete=args.compete, **given)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print()
-    print(report(rows, args.device))
+    print(report(rows, args.device, args.compete))
     return 0
 
 

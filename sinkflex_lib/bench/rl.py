@@ -25,14 +25,20 @@ Rows of the table (all on the same policy weights):
   the step's shares of decode forwards, sampling, environment and update.
 
 The last lines give the ratios, the device and the versions; `--out DIR` writes
-DIR/bench_rl.csv and .md. Timings need a quiet machine (README, "Limits").
+DIR/bench_rl.csv and .md. Timings need a quiet machine (README, "Limits"); `--compete N` runs the
+bench beside N single-thread processes that multiply matrices all the while, to show what a
+busy machine costs each path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import platform
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -150,14 +156,40 @@ def bench_grpo_step(policy, episodes, roll: dict, group_size: int, minibatch: in
             "env_share": roll["env_share"] * roll["seconds"] / step_s, "update_share": update_s / step_s}
 
 
+BUSY_LOOP = "import torch\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\nwhile True:\n    a @ a\n"
+
+
+@contextlib.contextmanager
+def competing_processes(n: int):
+    """n single-thread processes that multiply 512 x 512 matrices until the block ends."""
+    if n < 0:
+        raise ValueError(f"compete must be >= 0, got {n}")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per_step"] * CPU_PROFILE["group_size"],
                  device: str = "cpu", max_turns: int = CPU_PROFILE["max_turns"],
                  max_tokens: int = CPU_PROFILE["max_tokens"], max_new_tokens: int = CPU_PROFILE["max_new_tokens"],
-                 minibatch: int = CPU_PROFILE["minibatch_size"], out=None, log=print) -> list[dict]:
-    """All rows (module docstring); writes <out>/bench_rl.csv and .md when `out` is given."""
+                 minibatch: int = CPU_PROFILE["minibatch_size"], out=None, log=print, compete: int = 0) -> list[dict]:
+    """All rows (module docstring), beside `compete` busy processes; writes <out>/bench_rl.csv and .md
+    when `out` is given."""
     if batch < 1 or minibatch < 1:
         raise ValueError(f"batch and minibatch must be >= 1, got batch={batch}, minibatch={minibatch}")
-    policy = build_policy(policy_name, device=device)
+    with competing_processes(compete):
+        return _rl_rows(build_policy(policy_name, device=device), batch, max_turns, max_tokens, max_new_tokens,
+                        minibatch, out, log)
+
+
+def _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, out, log) -> list[dict]:
+    """The rows of the module docstring, in its order, on `policy`."""
     cfg = RolloutConfig(max_turns=max_turns, max_tokens=max_tokens, max_new_tokens=max_new_tokens, source=SOURCE)
     specs = _specs(batch)
     log(f"warm-up: {batch} episodes of {SOURCE}, 2 turns (not timed) ...")
@@ -187,15 +219,16 @@ def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per
     return rows
 
 
-def environment_line(device: str) -> str:
+def environment_line(device: str, compete: int = 0) -> str:
     from importlib.metadata import version
 
     where = torch.cuda.get_device_name(0) if device == "cuda" else f"{cpu_model()}, torch threads {torch.get_num_threads()}"
-    return (f"device: {where}; python {platform.python_version()}, torch {torch.__version__}, "
+    busy = f"; beside {compete} competing single-thread process(es)" if compete else ""
+    return (f"device: {where}{busy}; python {platform.python_version()}, torch {torch.__version__}, "
             f"transformers {version('transformers')}")
 
 
-def report(rows: list[dict], device: str) -> str:
+def report(rows: list[dict], device: str, compete: int = 0) -> str:
     """The table, then the ratios the speed issue asks for, then the device and versions."""
     by = {r["what"]: r for r in rows}
     ours, gen = by["rollout (ours)"], by["generate() (transformers)"]
@@ -213,4 +246,5 @@ def report(rows: list[dict], device: str) -> str:
                           f"{plain['seconds'] / r['seconds']:.2f}")
     cols = ["what", "tokens", "seconds", "tokens_per_s", "ms_per_forward", "cache_slots", "forward_share",
             "sample_share", "env_share", "update_share"]
-    return markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n" + environment_line(device)
+    return (markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n"
+            + environment_line(device, compete))

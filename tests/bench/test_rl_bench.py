@@ -5,7 +5,7 @@ import csv
 import pytest
 
 from sinkflex_lib.bench.__main__ import main
-from sinkflex_lib.bench.rl import report, run_rl_bench
+from sinkflex_lib.bench.rl import competing_processes, environment_line, report, run_rl_bench
 
 
 def test_rows_files_and_report(tmp_path):
@@ -46,3 +46,15 @@ def test_rows_files_and_report(tmp_path):
 def test_cli_rejects_a_bad_batch(capsys):
     assert main(["rl", "--policy", "micro", "--batch", "0"]) == 2
     assert "batch must be >= 1" in capsys.readouterr().err
+
+
+def test_competing_processes_run_while_the_block_runs():
+    with competing_processes(2) as procs:
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    assert all(p.returncode is not None for p in procs)
+    assert "beside 2 competing" in environment_line("cpu", 2) and "competing" not in environment_line("cpu")
+
+
+def test_cli_rejects_a_negative_compete(capsys):
+    assert main(["rl", "--policy", "micro", "--compete", "-1"]) == 2
+    assert "compete must be >= 0" in capsys.readouterr().err
