@@ -9,8 +9,10 @@ Rows of the table (all on the same policy weights):
   slots a forward attends over, and the share of the rollout time spent in model forwards, in
   sampling and in the environment plus observation tokenization;
 - ``rollout, <option> off``: the same with one speed option of `RolloutConfig` switched off
-  (and with all of them off, the loop as it was before them): what each is worth. The episodes
-  are the same but for `fast_sampling`, whose sampler draws other tokens for the same seed;
+  (and with all of them off, the loop as it was before them): what each is worth. Greedy episodes
+  would be the same; a sampled one parts where float rounding moves a token's cumulative
+  probability across its uniform draw and then goes its own way (the rows' token counts differ by
+  up to 1% in the committed run), and with `fast_sampling` off the sampler draws other tokens;
 - ``generate() (transformers)``: transformers' `generate()` with its KV cache from the same
   B first prompts (left-padded), `max_new_tokens` new tokens each, no environment: its tokens
   per second and milliseconds per forward (the comparable part of a rollout: decoding);
