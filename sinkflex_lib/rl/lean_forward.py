@@ -16,12 +16,13 @@ from the same weights in fewer, larger operations:
 - token-wise work (norms, projections, experts) runs on the real tokens only (plus every row's
   last slot, whose logits are returned);
 - a step with few tokens evaluates every expert densely and weighs the outputs by the router's
-  top-k weights (zero elsewhere): the same sum as the loop over chosen experts, in four batched
-  operations; a larger step calls the model's own expert module;
+  top-k weights (zero elsewhere): the same sum as the loop over chosen experts, as two matrix
+  products over the experts laid side by side; a larger step calls the model's own expert module;
 - only the last position's logits are formed.
 
 The cache is the rollout's :class:`~.kv_cache.RolloutCache` (same slots, same pads as the model's
-own forward would write, pad slots hold zeros), so the decode loop and its repacking are unchanged.
+own forward would write; a pad no query keeps holds zeros), so the decode loop and its repacking
+are unchanged.
 Logits equal the model's forward within float rounding (tests, float32: padded rows, rows with
 nothing to feed, both layer types, query chunks, both expert forms, a cache that grows and is
 repacked). Weights are read when `LeanGptOss` is built: build it again after an optimizer step
