@@ -20,8 +20,9 @@ Rows of the table (all on the same policy weights):
   the pad-free episodes just rolled out, cut to their first n tokens, in the trainer's
   minibatches, for the sinkflex attention and transformers' eager one: tokens per second
   (timed twice, the faster kept), at lengths up to the longest episode;
-- ``update T=<longest>, sinkflex, shared prefix``: the same at the longest length, scored as the
-  trainer scores (the rows' common prompt prefix run once per minibatch, `token_logprobs`);
+- ``update T=<longest>, sinkflex, trainer's scoring``: the same at the longest length, scored as
+  the trainer scores (`token_logprobs`: rows in groups of similar length, each group's common
+  prompt prefix run once);
 - ``GRPO step, full update``: that rollout plus the trainer's own update on its episodes, every
   group given reward spread (groups of the cpu profile's 8, or fewer for a smaller batch), with
   the step's shares of decode forwards, sampling, environment and update.
@@ -50,7 +51,7 @@ from ..grpo import grpo_loss
 from ..machine import cpu_model
 from ..rl.config import PROFILES
 from ..rl.policy import build_policy
-from ..rl.rollout import RolloutConfig, collate, rollout_batch, token_logprobs, without_pads
+from ..rl.rollout import LENGTH_GROUPS, RolloutConfig, collate, rollout_batch, token_logprobs, without_pads
 from ..tables import markdown_table, save_table
 
 CPU_PROFILE = PROFILES["cpu"]      # the sizes the bench defaults to: the cpu profile's
@@ -106,11 +107,12 @@ def bench_generate(policy, specs, cfg: RolloutConfig) -> dict:
 
 
 def bench_update(policy, rollouts, attn: str, length: int, minibatch: int, repeats: int = 2,
-                 share_prefix: bool = False) -> dict:
+                 trainer: bool = False) -> dict:
     """Forward + backward of the GRPO loss on the pad-free episodes cut to `length` tokens, in
     minibatches of `minibatch` episodes as the trainer takes them; the faster of `repeats`.
-    `share_prefix`: the trainer's scoring, the prompts' common prefix run once per minibatch
-    (sinkflex only); off, every token of every row is computed (the attention kernels compared)."""
+    `trainer`: the trainer's scoring, rows in groups of similar length and the prompts' common
+    prefix run once per group (sinkflex only); off, every slot of every row is computed (the
+    attention kernels compared)."""
     if attn != "sinkflex":
         other = build_policy(policy.name, attn_implementation=attn, device=policy.device)
         other.model.load_state_dict(policy.model.state_dict())
@@ -124,14 +126,14 @@ def bench_update(policy, rollouts, attn: str, length: int, minibatch: int, repea
         t0 = time.perf_counter()
         for a in range(0, len(rollouts), minibatch):
             sub = {k: v[a:a + minibatch] for k, v in batch.items()}
-            logp, _ = token_logprobs(model, sub, share_prefix=share_prefix)
+            logp, _ = token_logprobs(model, sub, share_prefix=trainer, groups=LENGTH_GROUPS if trainer else 1)
             dev = logp.device
             loss, _ = grpo_loss(logp, sub["old_logp"].to(dev), adv[a:a + minibatch].to(dev), sub["mask"].to(dev))
             loss.backward()
             model.zero_grad(set_to_none=True)
         best = min(best, time.perf_counter() - t0)
     n = int(batch["attention_mask"].sum())
-    what = f"update T={length}, {attn}" + (", shared prefix" if share_prefix else "")
+    what = f"update T={length}, {attn}" + (", trainer's scoring" if trainer else "")
     return {"what": what, "tokens": n, "seconds": best, "tokens_per_s": n / best}
 
 
@@ -210,8 +212,8 @@ def _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, ou
         for attn in ("sinkflex", "eager"):
             log(f"update T={length} on {attn} ...")
             rows.append(bench_update(policy, episodes, attn, length, minibatch))
-    log(f"update T={longest} on sinkflex, the prompts' common prefix once per minibatch ...")
-    rows.append(bench_update(policy, episodes, "sinkflex", longest, minibatch, share_prefix=True))
+    log(f"update T={longest} on sinkflex, scored as the trainer scores ...")
+    rows.append(bench_update(policy, episodes, "sinkflex", longest, minibatch, trainer=True))
     group = math.gcd(CPU_PROFILE["group_size"], batch)   # the cpu profile's groups, or fewer rows each
     if group >= 2:
         log(f"a GRPO step with a full update (groups of {group}) ...")
@@ -242,9 +244,9 @@ def report(rows: list[dict], device: str, compete: int = 0) -> str:
             eager = by[r["what"].replace("sinkflex", "eager")]
             ratios.append(f"{r['what'].split(',')[0]} tokens/s, sinkflex / eager: "
                           f"{r['tokens_per_s'] / eager['tokens_per_s']:.2f}")
-        if r["what"].endswith("shared prefix"):
-            plain = by[r["what"].removesuffix(", shared prefix")]
-            ratios.append(f"{r['what'].split(',')[0]} seconds, sinkflex / sinkflex with the shared prefix: "
+        if r["what"].endswith("trainer's scoring"):
+            plain = by[r["what"].removesuffix(", trainer's scoring")]
+            ratios.append(f"{r['what'].split(',')[0]} seconds, sinkflex / sinkflex as the trainer scores: "
                           f"{plain['seconds'] / r['seconds']:.2f}")
     cols = ["what", "tokens", "seconds", "tokens_per_s", "ms_per_forward", "cache_slots", "forward_share",
             "sample_share", "env_share", "update_share"]

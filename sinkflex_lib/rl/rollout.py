@@ -412,11 +412,25 @@ def _chunk_scores(x, tgt, head, temperature: float, with_entropy: bool):
     return logp, ent
 
 
+LENGTH_GROUPS = 2   # token_logprobs: rows scored in up to this many groups of similar length
+
+
+def length_groups(attention_mask: torch.Tensor, groups: int = LENGTH_GROUPS) -> list[tuple[torch.Tensor, int]]:
+    """[(row indices, columns), ...]: the rows sorted by length (up to their last real token) and cut
+    into up to `groups` runs of at least two rows, each with its longest row's length."""
+    b, t = attention_mask.shape
+    cols = torch.arange(1, t + 1, device=attention_mask.device)
+    lengths = (cols * (attention_mask > 0)).amax(1)
+    order = torch.argsort(lengths, stable=True)
+    return [(idx, int(lengths[idx].max())) for idx in torch.tensor_split(order, max(1, min(groups, b // 2)))]
+
+
 def token_logprobs(model, batch: dict, temperature: float = 1.0, with_entropy: bool = False,
-                   chunk: int = 512, share_prefix: bool = True):
+                   chunk: int = 512, share_prefix: bool = True, groups: int = LENGTH_GROUPS):
     """Log-probs (B, T) of each token under the distribution it was sampled from, from one
     forward pass over the layout; optionally that distribution's entropy. Tokens with no
-    real token before them get 0.
+    real token before them get 0; right pads after a row's last real token are no tokens (their
+    values depend on the grouping below): mask them.
 
     A token at layout index t was sampled from the logits of the last *real* token fed before
     it (pads may sit in between: a row's last sampled token is fed, after left pads, with its
@@ -424,9 +438,26 @@ def token_logprobs(model, batch: dict, temperature: float = 1.0, with_entropy: b
     Logits are formed `chunk` tokens at a time and, when gradients are on, recomputed in
     backward (activation checkpointing of the head): for gpt-oss's 201,088-id vocabulary an
     episode's logits (0.8 MB a position in float32) are never all alive at once.
-    `share_prefix`: on sinkflex, the rows' common prompt prefix is run once (`_hidden_states`):
-    the same values and gradients within float rounding (tested), fewer tokens to compute.
+    Two savings, the same values and gradients within float rounding (tested): rows never
+    interact in a forward, so they are scored in up to `groups` groups of similar length, each
+    cut to its longest row (`length_groups`: a batch's right pads cost nothing; 1.4-1.8x on
+    pretraining batches of 6 episodes, 2 threads); and with `share_prefix`, on sinkflex, a group's
+    common prompt prefix runs once (`_hidden_states`).
     """
+    keys = ("input_ids", "attention_mask", "position_ids")
+    parts = [(idx, _score_rows(model, {k: batch[k][idx, :n] for k in keys}, temperature, with_entropy, chunk,
+                               share_prefix)) for idx, n in length_groups(batch["attention_mask"], groups)]
+    t = batch["input_ids"].shape[1]
+    inverse = torch.argsort(torch.cat([idx for idx, _ in parts])).to(parts[0][1][0].device)
+
+    def assemble(j):   # the groups' rows back in batch order, right-padded to T with zeros
+        return torch.cat([torch.nn.functional.pad(out[j], (0, t - out[j].shape[1])) for _, out in parts])[inverse]
+
+    return assemble(0), (assemble(1) if with_entropy else None)
+
+
+def _score_rows(model, batch: dict, temperature: float, with_entropy: bool, chunk: int, share_prefix: bool):
+    """`token_logprobs` of one group of rows, in one forward pass."""
     from torch.utils.checkpoint import checkpoint
 
     dev = next(model.parameters()).device

@@ -25,7 +25,7 @@ def test_rows_files_and_report(tmp_path):
     updates, shared, step = whats[8:-2], by[whats[-2]], by["GRPO step, full update"]
     # a full update: every token of the episodes, as the update row at the longest length counts them
     assert whats[-1] == step["what"] and step["update_tokens"] == by[updates[-2]]["tokens"] > 0
-    assert shared["what"] == updates[-2] + ", shared prefix" and shared["tokens"] == step["update_tokens"]
+    assert shared["what"] == updates[-2] + ", trainer's scoring" and shared["tokens"] == step["update_tokens"]
     assert step["seconds"] > ours["seconds"] and step["tokens"] == ours["tokens"]
     shares = [step[k] for k in ("forward_share", "sample_share", "env_share", "update_share")]
     assert all(x > 0 for x in shares) and sum(shares) <= 1.0
@@ -39,7 +39,7 @@ def test_rows_files_and_report(tmp_path):
     text = report(rows, "cpu")
     assert "ours / generate()" in text and "ours / speed options off" in text
     assert sum("sinkflex / eager" in line for line in text.splitlines()) == len(updates) // 2
-    assert sum("with the shared prefix" in line for line in text.splitlines()) == 1
+    assert sum("as the trainer scores" in line for line in text.splitlines()) == 1
     assert text.splitlines()[-1].startswith("device:")
 
 

@@ -226,24 +226,38 @@ def test_common_prefix_length_needs_the_same_real_tokens_at_their_positions():
     assert common_prefix_length(batch) == 1
 
 
-def test_shared_prefix_scoring_equals_the_plain_forward_in_value_and_gradient(micro_policy):
-    """token_logprobs with the rows' common prompt prefix run once: log-probs, entropies and every
-    parameter's gradient equal those of the plain forward over every row (float rounding)."""
-    from sinkflex_lib.rl.rollout import common_prefix_length
+def test_length_groups_sort_rows_and_cut_each_group_to_its_longest_row():
+    from sinkflex_lib.rl.rollout import length_groups
+
+    am = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 1, 1, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]])
+    groups = length_groups(am, 2)   # lengths up to the last real token: 3, 5, 4, 2, 4
+    assert [(idx.tolist(), n) for idx, n in groups] == [([3, 0, 2], 4), ([4, 1], 5)]
+    assert [(idx.tolist(), n) for idx, n in length_groups(am[:3], 2)] == [([0, 2, 1], 5)]   # groups of >= 2 rows
+    assert len(length_groups(am, 1)) == 1
+
+
+def test_grouped_and_shared_prefix_scoring_equal_the_plain_forward_in_value_and_gradient(micro_policy):
+    """token_logprobs with rows in length groups and each group's common prompt prefix run once:
+    log-probs, entropies and every parameter's gradient equal those of one plain forward over every
+    row (float rounding) on every real token (right pads are no tokens: mask them)."""
+    from sinkflex_lib.rl.rollout import common_prefix_length, length_groups
 
     cfg = RolloutConfig(max_turns=3, max_tokens=600, max_new_tokens=8)
-    rows = rollout_batch(micro_policy, group_specs(["cancel_000", "info_000"], 2, [0, 1]), cfg,
+    rows = rollout_batch(micro_policy, group_specs(["cancel_000", "info_000", "return_000"], 2, [0, 1, 2]), cfg,
                          torch.Generator().manual_seed(0))
     batch = collate([without_pads(r) for r in rows], micro_policy.pad_id)
     assert common_prefix_length(batch) > 100          # the system text and the greeting
+    assert len({n for _, n in length_groups(batch["attention_mask"])}) == 2   # two groups, two lengths
+    real = batch["attention_mask"] > 0
     model, got = micro_policy.model.train(), []
-    for share in (True, False):
+    for share, groups in ((True, 2), (False, 2), (True, 1), (False, 1)):
         model.zero_grad()
-        logp, ent = token_logprobs(model, batch, with_entropy=True, share_prefix=share)
-        ((logp * batch["mask"]).sum() + 0.1 * ent.sum()).backward()
+        logp, ent = token_logprobs(model, batch, with_entropy=True, share_prefix=share, groups=groups)
+        ((logp * batch["mask"]).sum() + 0.1 * (ent * real).sum()).backward()
         got.append((logp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]))
-    (lp, ent, grads), (lp0, ent0, grads0) = got
-    torch.testing.assert_close(lp, lp0, atol=1e-5, rtol=0)
-    torch.testing.assert_close(ent, ent0, atol=1e-5, rtol=0)
-    for g, g0 in zip(grads, grads0):
-        torch.testing.assert_close(g, g0, atol=1e-5 * float(g0.abs().max()) + 1e-9, rtol=0)
+    lp0, ent0, grads0 = got[-1]
+    for lp, ent, grads in got[:-1]:
+        torch.testing.assert_close(lp[real], lp0[real], atol=1e-5, rtol=0)
+        torch.testing.assert_close(ent[real], ent0[real], atol=1e-5, rtol=0)
+        for g, g0 in zip(grads, grads0):
+            torch.testing.assert_close(g, g0, atol=1e-5 * float(g0.abs().max()) + 1e-9, rtol=0)
