@@ -6,6 +6,8 @@ VALIDATION_MEAN_AT_1 = (0.25, 0.44)   # §6.2.1, Table 1: retail validation mean
 TRAINING_SCORE = (0.18, 0.40)         # Figure 4: the training-score proxy, early and late
 TRAJECTORY_REWARD_LATE = 0.39         # Figure 4: the trajectory-reward proxy at the end of the window
 
+# §6.3: the sequence lengths of the memory study
+MEMORY_LENGTHS = (1024, 2048, 4096, 8192)
 # Table 2: peak VRAM (GB) of one training step; None: out of memory. 1024 and 2048 are not in the text.
 PEAK_VRAM_GB = {4096: {"eager": 28.06, "sink-flex": 22.52}, 8192: {"eager": None, "sink-flex": 25.53}}
 

@@ -57,3 +57,14 @@ def save_figure(fig, name: str, directory: str | Path | None = None) -> Path:
     path = out_dir / f"{name}.png"
     fig.savefig(path, bbox_inches="tight", metadata={"Software": None})
     return path
+
+
+def smooth(values, weight: float) -> list[float]:
+    """Exponential moving average, s_t = weight * s_{t-1} + (1 - weight) * v_t, started at v_0
+    (weight 0: the values themselves). For noisy per-step curves beside their raw points."""
+    if not 0 <= weight < 1:
+        raise ValueError(f"weight must lie in [0, 1), got {weight}")
+    out: list[float] = []
+    for v in values:
+        out.append(float(v) if not out else weight * out[-1] + (1 - weight) * float(v))
+    return out

@@ -37,6 +37,16 @@ PACKAGES = ("torch", "transformers", "trl", "peft", "gymnasium", "papermill", "n
             "matplotlib", "seaborn", "jupyterlab", "sinkflex-lib")
 
 
+def by_profile(given, choices: dict, profile: str):
+    """A notebook size: `given` where a run passed one (``papermill -p NAME value``; the
+    parameters cell's None means none was), else what `profile` picks from `choices`."""
+    if set(choices) != set(PROFILES):
+        raise ValueError(f"choices must name every profile {PROFILES}, got {sorted(choices)}")
+    if profile not in choices:
+        raise ValueError(f"PROFILE must be one of {PROFILES}, got {profile!r}")
+    return choices[profile] if given is None else given
+
+
 def find_notebooks(only: list[str] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     """Notebooks in run order; `only` filters by name prefix (e.g. ["01", "03"])."""
     notebooks = sorted(Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb"))

@@ -1,5 +1,6 @@
 """The Papermill runner: progress, manifest, and a clear failure naming notebook and cell."""
 
+import ast
 import json
 
 import nbformat
@@ -94,3 +95,39 @@ def test_papermill_p_profile_reaches_every_size(nb, monkeypatch):
     exec(source("sizes"), ns)
     want = reproduce.notebook_parameters(nb, "smoke")
     assert {k: ns[k] for k in want} == want
+
+
+def _sizes_names(nb) -> list[str]:
+    cells = json.loads(nb.read_text())["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if "sizes" in c["metadata"].get("tags", []))
+    return [n.targets[0].id for n in ast.parse(source).body
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "by_profile"]
+
+
+@pytest.mark.parametrize("nb", reproduce.find_notebooks(), ids=lambda p: p.name)
+def test_papermill_p_of_a_size_takes_effect(nb, monkeypatch):
+    """`papermill -p NAME value` for a size: the sizes cell keeps the passed value instead of
+    silently replacing it with the profile's (every size is a None in the parameters cell)."""
+    cells = json.loads(nb.read_text())["cells"]
+    source = lambda tag: "\n".join("".join(c["source"]) for c in cells if tag in c["metadata"].get("tags", []))  # noqa: E731
+    names = _sizes_names(nb)
+    assert names and "[PROFILE]" not in source("sizes")     # every pick goes through by_profile
+    monkeypatch.setenv("SINKFLEX_PROFILE", "smoke")
+    defaults: dict = {}
+    exec(source("parameters"), defaults)
+    assert all(defaults[n] is None for n in names), names
+    ns: dict = {}
+    exec(source("parameters"), ns)
+    injected = {n: ("passed", i) for i, n in enumerate(names)}
+    ns.update(injected)
+    exec(source("sizes"), ns)
+    assert {n: ns[n] for n in names} == injected
+
+
+def test_by_profile_takes_a_passed_value_else_the_profiles_and_refuses_gaps():
+    choices = {"smoke": 1, "cpu": 2, "gpu": 3}
+    assert reproduce.by_profile(None, choices, "cpu") == 2 and reproduce.by_profile(0, choices, "cpu") == 0
+    with pytest.raises(ValueError, match="every profile"):
+        reproduce.by_profile(None, {"smoke": 1, "cpu": 2}, "cpu")
+    with pytest.raises(ValueError, match="PROFILE"):
+        reproduce.by_profile(None, choices, "laptop")

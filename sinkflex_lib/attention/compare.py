@@ -74,10 +74,11 @@ def _reference(case, q, k, v, sinks, grad_out):
 
 
 def backend_errors(cases, backends=("eager", "blocked", "flex"), dtypes=(torch.float64, torch.float32),
-                   seed: int = 0, tile: int = 64) -> list[dict]:
+                   seed: int = 0, tile: int = 64, device: str = "cpu") -> list[dict]:
     """One row per (case, backend, dtype): the case's fields, `backend`, `dtype`, `grads`
-    (whether gradients were checked) and the relative errors `out`, `lse`, `dq`, `dk`, `dv`,
-    `dsinks` (NaN where not applicable)."""
+    (whether gradients were checked: flex's backward needs CUDA) and the relative errors `out`,
+    `lse`, `dq`, `dk`, `dv`, `dsinks` (NaN where not applicable). The backends run on `device`;
+    the float64 reference runs on the CPU."""
     rows = []
     for ci, case in enumerate(cases):
         q, k, v, sinks, grad_out = make_case_inputs(case, seed=seed + ci)
@@ -87,9 +88,9 @@ def backend_errors(cases, backends=("eager", "blocked", "flex"), dtypes=(torch.f
             rounded = [t.to(dtype).double() if t is not None else None for t in (q, k, v, sinks, grad_out)]
             ref_out, ref_lse, ref_grads = _reference(case, *rounded)
             for backend in backends:
-                can_grad = backend != "flex" or q.device.type == "cuda"
-                tensors = [t.to(dtype).clone() for t in (q, k, v)]
-                s = sinks.to(dtype).clone() if sinks is not None else None
+                can_grad = backend != "flex" or torch.device(device).type == "cuda"
+                tensors = [t.to(device, dtype) for t in (q, k, v)]
+                s = sinks.to(device, dtype) if sinks is not None else None
                 leaves = tensors + ([s] if s is not None else [])
                 if can_grad:
                     leaves = [t.requires_grad_() for t in leaves]
@@ -97,11 +98,11 @@ def backend_errors(cases, backends=("eager", "blocked", "flex"), dtypes=(torch.f
                 with torch.set_grad_enabled(can_grad):
                     out, lse = sink_attention(*tensors, s, window=case.window, prefix=case.prefix,
                                               backend=backend, return_lse=True, tile=tile)
-                errs = dict(out=rel_err(out, ref_out), lse=rel_err(lse, ref_lse))
+                errs = dict(out=rel_err(out.cpu(), ref_out), lse=rel_err(lse.cpu(), ref_lse))
                 names = ["dq", "dk", "dv"] + (["dsinks"] if s is not None else [])
                 if can_grad:
-                    grads = torch.autograd.grad(out, leaves, grad_out.to(out.dtype))
-                    errs.update({n: rel_err(g, r) for n, g, r in zip(names, grads, ref_grads)})
+                    grads = torch.autograd.grad(out, leaves, grad_out.to(out.device, out.dtype))
+                    errs.update({n: rel_err(g.cpu(), r) for n, g, r in zip(names, grads, ref_grads)})
                 for n in ("dq", "dk", "dv", "dsinks"):
                     errs.setdefault(n, math.nan)
                 rows.append(dict(asdict(case), backend=backend, dtype=DTYPE_NAMES.get(dtype, str(dtype)),

@@ -67,15 +67,34 @@ def block_sparsity(mask: SinkMask, n_q: int, n_k: int | None = None, block_size:
     return (states == BLOCK_EMPTY).double().mean().item()
 
 
-def draw_dense_mask(ax, dense: torch.Tensor, title: str | None = None, block_size: int | None = None):
-    """Draw a dense boolean mask (visible = dark) on `ax`; optional grid every block_size."""
+def draw_dense_mask(ax, dense: torch.Tensor, title: str | None = None, block_size: int | None = None,
+                    prefix: int = 0, legend: bool = True):
+    """Draw a dense boolean mask (visible = dark, with a key in the legend) on `ax`; an optional
+    grid every block_size; the first `prefix` key columns outlined in red, so that a prefix
+    stays visible where the picture has more keys than pixels."""
+    from matplotlib.patches import Patch, Rectangle
+
     ax.imshow(dense.cpu().numpy(), cmap="Greys", vmin=0, vmax=1.4, interpolation="nearest",
               aspect="equal")
     _grid(ax, dense.shape, block_size, offset=-0.5)
+    handles = [Patch(facecolor=_grey(1.0 / 1.4), edgecolor="0.5", label="visible"),
+               Patch(facecolor="white", edgecolor="0.5", label="masked")]
+    if prefix:
+        ax.add_patch(Rectangle((-0.5, -0.5), prefix, dense.shape[0], fill=False, edgecolor="C3", lw=1.2))
+        handles.append(Patch(facecolor="none", edgecolor="C3", label=f"prefix keys j < {prefix}"))
     ax.set_xlabel("key position j")
     ax.set_ylabel("query position t")
     if title:
         ax.set_title(title)
+    if legend:
+        ax.legend(handles=handles, loc="upper right", fontsize=7, framealpha=0.9)
+
+
+def _grey(value: float):
+    """The colour matplotlib's "Greys" colormap gives `value` (0 white .. 1 black)."""
+    from matplotlib import colormaps
+
+    return colormaps["Greys"](value)
 
 
 def draw_block_states(ax, states: torch.Tensor, block_size: int, title: str | None = None,

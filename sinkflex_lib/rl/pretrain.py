@@ -393,29 +393,51 @@ def config_of_run(row: dict) -> PretrainConfig:
     return PretrainConfig(**fields, rollout=RolloutConfig(**row["rollout"]))
 
 
+def stage_chain(out_dir, step: int) -> list[tuple[Path, int]]:
+    """(run folder, last step used) of every stage behind step `step` of run `out_dir`, first stage
+    first: a run started with ``--init <run>/step_<N>/`` continues that run's first N steps."""
+    out_dir = Path(out_dir)
+    init = config_of_run(read_metrics(out_dir, log=lambda m: None)[0]).init
+    init = Path(init) if init else None
+    before = []
+    if init is not None and init.name.startswith("step_") and (init.parent / "metrics.jsonl").is_file():
+        before = stage_chain(init.parent, int(init.name.removeprefix("step_")))
+    return before + [(out_dir, step)]
+
+
 def run_totals(out_dir, step: int) -> dict:
-    """Data, tokens seen and wall time of run `out_dir` up to `step`, with those of the run it
-    started from (`init` = <run>/step_<N>/) added, stage by stage: a base's whole history."""
+    """Data, tokens seen and wall time of run `out_dir` up to `step`, with those of the runs it
+    started from (`stage_chain`) added, stage by stage: a base's whole history."""
+    stages = [_stage_totals(run, upto) for run, upto in stage_chain(out_dir, step)]
+    return {"stages": stages, "tokens_seen": sum(s["tokens_seen"] for s in stages),
+            "wall_time_s": sum(s["wall_time_s"] for s in stages)}
+
+
+def _stage_totals(out_dir: Path, step: int) -> dict:
     rows = read_metrics(out_dir, log=lambda m: None)
     conf = rows[0]
     cfg = config_of_run(conf)
     upto = [r for r in rows if r.get("step", 0) <= step and r["kind"] in ("train", "eval")]
     examples = episodes_before(cfg, step)
-    stage = {"run": str(out_dir), "step": step, "seed": conf["seed"], "init": cfg.init,
-             "worlds": [train_world(conf["seed"], 0),
-                        train_world(conf["seed"], max(0, examples - 1) // cfg.episodes_per_world)],
-             "episodes": examples, "episodes_per_world": cfg.episodes_per_world,
-             "code": [{"from_step": r["step"], **r["git"]} for r in rows
-                      if r["kind"] == "session" and r["step"] <= step],   # the commit of each (re)start
-             "tokens_seen": sum(r.get("tokens", 0) for r in upto if r["kind"] == "train"),
-             "wall_time_s": sum(r.get("seconds", 0.0) for r in upto)}
-    init = Path(cfg.init) if cfg.init else None
-    before = {"stages": []}
-    if init is not None and init.name.startswith("step_") and (init.parent / "metrics.jsonl").is_file():
-        before = run_totals(init.parent, int(init.name.removeprefix("step_")))
-    stages = before["stages"] + [stage]
-    return {"stages": stages, "tokens_seen": sum(s["tokens_seen"] for s in stages),
-            "wall_time_s": sum(s["wall_time_s"] for s in stages)}
+    return {"run": str(out_dir), "step": step, "seed": conf["seed"], "init": cfg.init,
+            "worlds": [train_world(conf["seed"], 0),
+                       train_world(conf["seed"], max(0, examples - 1) // cfg.episodes_per_world)],
+            "episodes": examples, "episodes_per_world": cfg.episodes_per_world,
+            "code": [{"from_step": r["step"], **r["git"]} for r in rows
+                     if r["kind"] == "session" and r["step"] <= step],   # the commit of each (re)start
+            "tokens_seen": sum(r.get("tokens", 0) for r in upto if r["kind"] == "train"),
+            "wall_time_s": sum(r.get("seconds", 0.0) for r in upto)}
+
+
+def history_rows(out_dir, step: int) -> list[dict]:
+    """Every metrics row of the stages behind step `step` of run `out_dir` (`stage_chain`), each
+    with its `stage` (0 first) and `total_step` (steps of all earlier stages added): one curve."""
+    out, offset = [], 0
+    for i, (run, upto) in enumerate(stage_chain(out_dir, step)):
+        out += [{**r, "stage": i, "total_step": offset + r.get("step", 0)}
+                for r in read_metrics(run, log=lambda m: None) if r.get("step", 0) <= upto]
+        offset += upto
+    return out
 
 
 def ship(out_dir, dest, seed: int, command: str) -> Path:
@@ -439,7 +461,7 @@ def ship(out_dir, dest, seed: int, command: str) -> Path:
                 "selected": chosen, **run_totals(out_dir, step), "device": device_description(),
                 "config": conf, "evaluation": evaluation}
     dest = export_checkpoint(out_dir / f"step_{step}", dest, cfg.policy, manifest)
-    (dest / "pretrain_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (dest / "pretrain_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history_rows(out_dir, step)))
     return dest
 
 

@@ -153,6 +153,18 @@ def read_metrics(out_dir, log=None) -> list[dict]:
     return rows
 
 
+def curve(rows: list[dict], kind: str, key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of `key` over the metrics rows of `kind`, averaged per step (one row a step
+    in our trainer; TRL logs once per optimizer step, several per GRPO step when
+    steps_per_generation > 1)."""
+    by_step: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get("kind") == kind and r.get(key) is not None:
+            by_step.setdefault(int(r["step"]), []).append(float(r[key]))
+    steps = sorted(by_step)
+    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
+
+
 def resume_state(out_dir, config: dict, resumable=(), log=print) -> dict:
     """The checkpoint state of run folder `out_dir`, if `config` (the command line's, as the run's
     config row holds it) continues that run: equal to that row but for the fields in `resumable`

@@ -37,6 +37,15 @@ def test_table_rows_and_accuracy():
             assert math.isnan(r["dsinks"]) == (r["name"] == "causal")
 
 
+@pytest.mark.cuda
+def test_on_cuda_the_table_checks_flex_gradients_too():
+    cases = [AttentionCase("gqa-window", b=2, hq=4, hkv=2, n_q=64, n_k=64, d=16, window=7, prefix=3, sink_range=4.0)]
+    rows = backend_errors(cases, dtypes=(torch.float32,), device="cuda")
+    flex = [r for r in rows if r["backend"] == "flex"]
+    assert flex and all(r["grads"] for r in flex)
+    assert all(max(r["out"], r["lse"]) < 1e-5 and max(r["dq"], r["dk"], r["dv"], r["dsinks"]) < 1e-4 for r in rows)
+
+
 def test_reference_inside_table_is_the_independent_one():
     """The table's reference output equals tests/attention/reference.py on the same inputs: a
     backend made wrong on purpose (scale off by 1%) shows up in the table."""

@@ -70,8 +70,12 @@ def test_dense_block_states_rejects_bad_input():
 def test_draw_functions_run():
     mask = SinkMask(window=8, prefix=2)
     fig, axes = plt.subplots(1, 2)
-    draw_dense_mask(axes[0], mask.dense(32, 32), title="dense", block_size=8)
+    draw_dense_mask(axes[0], mask.dense(32, 32), title="dense", block_size=8, prefix=2)
     draw_block_states(axes[1], dense_block_states(mask.dense(32, 32), 8), 8, title="blocks")
     assert len(axes[0].images) == 1 and len(axes[1].images) == 1
     assert axes[1].get_legend() is not None
+    # the dense picture's key says which shade is visible, and the prefix columns are outlined
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["visible", "masked", "prefix keys j < 2"]
+    (outline,) = axes[0].patches
+    assert (outline.get_x(), outline.get_width(), outline.get_height()) == (-0.5, 2, 32)
     plt.close(fig)

@@ -155,6 +155,13 @@ def test_a_second_stage_starts_from_the_first_and_its_totals_add_up(tmp_path):
     assert totals["stages"][0]["tokens_seen"] == sum(r["tokens"] for r in a_rows)
     assert totals["tokens_seen"] == sum(s["tokens_seen"] for s in totals["stages"])
     assert totals["stages"][1]["worlds"][0] == pt.train_world(1, 0)
+    # one curve: the first stage's rows up to the init step, then the second's, steps added up
+    history = pt.history_rows(tmp_path / "b", 2)
+    a_rows_all, b_rows = ([json.loads(x) for x in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+                          for d in "ab")
+    assert [r["stage"] for r in history] == [0] * len(a_rows_all) + [1] * len(b_rows)
+    assert [r["total_step"] for r in history if r["kind"] == "train"] == list(range(1, SMOKE.steps + 3))   # a train row counts the steps done
+    assert [{k: v for k, v in r.items() if k not in ("stage", "total_step")} for r in history] == a_rows_all + b_rows
     with pytest.raises(FileNotFoundError):
         pt.last_step_dir(_empty_run(tmp_path))
 

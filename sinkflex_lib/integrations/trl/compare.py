@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ...rl.rollout import RolloutConfig, collate, token_logprobs, without_pads
-from ...rl.runstate import read_metrics
+from ...rl.runstate import curve, read_metrics
 from ...rl.config import TrainConfig
 from ...rl.train import train
 from .config import FIELD_MAP, grpo_config
@@ -44,17 +44,6 @@ def train_both(cfg: TrainConfig, root, seed: int = 0, decode: str = "batch", log
     t2 = time.perf_counter()
     return {"ours": read_metrics(ours_dir), "trl": read_metrics(root / "trl"),
             "seconds": {"ours": t1 - t0, "trl": t2 - t1}}
-
-
-def curve(rows: list[dict], kind: str, key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of `key` over the rows of `kind`, averaged per step (TRL logs once per
-    optimizer step, several per GRPO step when steps_per_generation > 1)."""
-    by_step: dict[int, list[float]] = {}
-    for r in rows:
-        if r.get("kind") == kind and r.get(key) is not None:
-            by_step.setdefault(int(r["step"]), []).append(float(r[key]))
-    steps = sorted(by_step)
-    return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
 
 
 def plot_validation(runs: dict, title: str = "Validation mean@1, one warm start, two trainers"):
