@@ -2,7 +2,7 @@
 #   make reproduce [PROFILE=smoke|cpu|gpu]   run every notebook with Papermill
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
-#   make pretrain                            regenerate data/checkpoints/base-tiny (two stages, about 5 h on 2 cores; resumable)
+#   make pretrain                            regenerate data/checkpoints/base-tiny (two stages, about 3.5 h on 2 cores; resumable)
 #   make grpo-seeds [PROFILE=...]            GRPO from the base with seeds 0 1 2, mean and spread (resumable)
 #   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3
@@ -15,7 +15,7 @@ PRETRAIN_DIR ?= $(HOME)/sinkflex_runs/pretrain-base-tiny
 PRETRAIN_THREADS ?= 2
 SEEDS_DIR ?= $(HOME)/sinkflex_runs/grpo-seeds-$(PROFILE)
 
-.PHONY: reproduce test gpu-check pretrain grpo-seeds lab venv clean-venv
+.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 grpo-seeds lab venv clean-venv
 
 venv: $(STAMP)
 
@@ -33,14 +33,20 @@ test: $(STAMP)
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest tests
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest --nbval-lax notebooks/
 
-# Two stages (pretrain.py's "cpu" and "episodes" profiles), each in a folder outside the repository;
-# rerunning resumes each exactly where it stopped. The second ships the base.
-pretrain: $(STAMP)
+# Two stages (pretrain.py's "cpu" and "episodes" profiles), each in a folder outside the repository
+# (rerunning one resumes it exactly where it stopped). Each ships its result as the base; the second
+# starts from the shipped first, so it can run in a later session even if the first's folder is gone.
+BASE := data/checkpoints/base-tiny
+pretrain: pretrain-stage1 pretrain-stage2
+
+pretrain-stage1: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \
-		$(if $(wildcard $(PRETRAIN_DIR)/checkpoint/state.json),--resume,)
-	$(PY) -m sinkflex_lib.rl.pretrain --profile episodes --seed 1 --init $(PRETRAIN_DIR) \
+		$(if $(wildcard $(PRETRAIN_DIR)/checkpoint/state.json),--resume,) --ship $(BASE)
+
+pretrain-stage2: $(STAMP)
+	$(PY) -m sinkflex_lib.rl.pretrain --profile episodes --seed 1 --init $(BASE) \
 		--out $(PRETRAIN_DIR)-episodes --threads $(PRETRAIN_THREADS) \
-		$(if $(wildcard $(PRETRAIN_DIR)-episodes/checkpoint/state.json),--resume,) --ship data/checkpoints/base-tiny
+		$(if $(wildcard $(PRETRAIN_DIR)-episodes/checkpoint/state.json),--resume,) --ship $(BASE)
 
 # One GRPO run per seed in $(SEEDS_DIR)/seed_<S>, then $(SEEDS_DIR)/seeds.json (sinkflex_lib.rl.seeds).
 grpo-seeds: $(STAMP)

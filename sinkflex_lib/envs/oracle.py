@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from .actions import STOP_TOKEN
+from .actions import STOP_TOKEN, ToolCall, parse_action
 from .reward import communicate_info, gold_actions
 from .tools import TRANSFER_MESSAGE, WRITE_TOOLS
 
@@ -60,9 +60,35 @@ def describe_write(action: dict) -> str:
     return f"call {n} with {json.dumps(a)}"
 
 
+CONFIRM_PREFIX = "Here are the details of the action: I will "
+
+
 def confirmation_request(action: dict) -> str:
-    return (f"Here are the details of the action: I will {describe_write(action)}. "
-            f"Do you confirm that I should proceed? Please answer yes or no.")
+    return f"{CONFIRM_PREFIX}{describe_write(action)}. Do you confirm that I should proceed? Please answer yes or no."
+
+
+def decision_spans(message: str, next_action: str) -> list[tuple[str, int, int]]:
+    """What the user's request decides, as (kind, start, end) character spans of `message`,
+    if `message` is the confirmation request of the write call `next_action` (else []):
+    "write_choice", the words naming the write (from after "I will " to its first argument
+    value: "cancel order ", "change the shipping address of order ", ...), and for a cancel
+    "cancel_reason", the reason's value. Neither can be copied from a tool result; the call
+    after the confirmation only repeats them."""
+    call = parse_action(next_action)
+    if not isinstance(call, ToolCall) or call.name not in WRITE_TOOLS:
+        return []
+    action = {"name": call.name, "arguments": call.arguments}
+    if message != confirmation_request(action):
+        return []
+    text, start = describe_write(action), len(CONFIRM_PREFIX)
+    values = [v for a in call.arguments.values() for v in (a if isinstance(a, list) else [a]) if isinstance(v, str) and v]
+    first = min((text.find(v) for v in values if v in text), default=len(text))
+    spans = [("write_choice", start, start + first)]
+    reason = call.arguments.get("reason") if call.name == "cancel_pending_order" else None
+    if isinstance(reason, str) and f"'{reason}'" in text:
+        at = start + text.index(f"'{reason}'") + 1
+        spans.append(("cancel_reason", at, at + len(reason)))
+    return spans
 
 
 def report(task: dict, closing: bool = True) -> str:

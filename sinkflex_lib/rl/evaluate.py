@@ -92,10 +92,22 @@ def summarize(rewards: dict[str, float], source: str, baselines: dict[str, dict[
     return out
 
 
+def write_counts(rollouts, source: str) -> dict[str, dict[str, int]]:
+    """Per task kind, how often the policy called each write tool (without a tool error): shows
+    whether it picks the write the request asks for, or one write for everything."""
+    tasks, out = load_source(source).tasks, {}
+    for r in rollouts:
+        kind = out.setdefault(task_kind(tasks[r.task_id]), {})
+        for name in r.writes:
+            kind[name] = kind.get(name, 0) + 1
+    return out
+
+
 def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig | None = None,
                     with_baselines: bool = True) -> dict:
     """Greedy mean@1 of `policy` on `task_ids` of `source` (see module docstring); with
-    per-task rewards (`per_task`) and the rollout's failure counts."""
+    per-task rewards (`per_task`), the writes made per kind (`write_counts`) and the rollout's
+    failure counts."""
     cfg = cfg or RolloutConfig()
     cfg = RolloutConfig(**{**cfg.__dict__, "temperature": 0.0, "source": source})
     t0 = time.perf_counter()
@@ -104,6 +116,7 @@ def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig
     baselines = ({a: baseline_rewards(source, task_ids, a, cfg.max_turns) for a in ("do_nothing", "oracle")}
                  if with_baselines else {})
     out = {"source": source, **summarize(rewards, source, baselines), "per_task": rewards,
+           "writes": write_counts(rollouts, source),
            "tool_calls": sum(r.tool_calls for r in rollouts),
            "tool_errors": sum(r.tool_errors + r.parse_errors for r in rollouts),
            "seconds": time.perf_counter() - t0}
@@ -149,15 +162,16 @@ def main(argv=None) -> int:
 
 def format_table(res: dict) -> str:
     """A Markdown table of a result: one row per kind, then write tasks and all."""
-    lines = ["| kind | tasks | policy | do-nothing | oracle |", "|---|---:|---:|---:|---:|"]
+    lines = ["| kind | tasks | policy | do-nothing | oracle | writes made |", "|---|---:|---:|---:|---:|---|"]
     for kind, row in res["per_kind"].items():
+        writes = ", ".join(f"{w} {n}" for w, n in sorted(res.get("writes", {}).get(kind, {}).items()))
         lines.append(f"| {kind}{' (write)' if row['write'] else ''} | {row['n']} | {row['mean_at_1']:.3f} "
-                     f"| {row.get('do_nothing', float('nan')):.3f} | {row.get('oracle', float('nan')):.3f} |")
+                     f"| {row.get('do_nothing', float('nan')):.3f} | {row.get('oracle', float('nan')):.3f} | {writes} |")
     lines.append(f"| **write tasks** | {res['n_write_tasks']} | {res['write_mean_at_1']:.3f} | "
                  f"{res.get('do_nothing_write_mean_at_1', float('nan')):.3f} | "
-                 f"{res.get('oracle_write_mean_at_1', float('nan')):.3f} |")
+                 f"{res.get('oracle_write_mean_at_1', float('nan')):.3f} | |")
     lines.append(f"| **all** | {res['n_tasks']} | {res['mean_at_1']:.3f} | "
-                 f"{res.get('do_nothing_mean_at_1', float('nan')):.3f} | {res.get('oracle_mean_at_1', float('nan')):.3f} |")
+                 f"{res.get('do_nothing_mean_at_1', float('nan')):.3f} | {res.get('oracle_mean_at_1', float('nan')):.3f} | |")
     return "\n".join(lines)
 
 

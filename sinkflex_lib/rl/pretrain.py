@@ -44,6 +44,7 @@ import argparse
 import dataclasses
 import json
 import math
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ import torch
 
 from ..envs import RetailEnv, load_source
 from ..envs.actions import argument_value_spans
+from ..envs.oracle import decision_spans
 from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
@@ -91,6 +93,7 @@ class PretrainConfig:
     grad_clip: float = 1.0
     tool_loss_weight: float = 0.25
     value_weight: float = 3.0        # loss weight of the tokens of a call's argument values (the copies)
+    decision_weight: float = 1.0     # loss weight of the words a request decides (which write; a cancel's reason)
     episodes_per_world: int = 200
     eval_world_seed: int = 0
     eval_every: int = 500
@@ -113,7 +116,11 @@ PROFILES = {
     # 1,100 steps left the base copying 67-91% of argument values teacher-forced (step 4,000 of two
     # runs), agent loss still falling, greedy turns garbled (mean@1 below do-nothing's). 2,000 steps
     # (about 85 minutes on 2 cores) so that the stage finishes inside one working session.
-    "episodes": dict(induction_steps=0, copy_steps=0, steps=2000, lr=7e-4, warmup=50),
+    # A run of this stage without `decision_weight` copied 94% of argument values by its step 500,
+    # but its greedy episodes always confirmed "cancel, reason 'ordered by mistake'" whatever the
+    # request (README, "Limits"): the few words a request decides (`decision_spans`, scored as
+    # "write_choice" and "cancel_reason" by `copy_accuracy`) weigh 5 here (a choice, not yet measured).
+    "episodes": dict(induction_steps=0, copy_steps=0, steps=2000, lr=7e-4, warmup=50, decision_weight=5.0),
     # a third stage: digit-only ids (item, product) were never copied after the two stages above
     # (their first token, even with one candidate in the context): flat look-ups form a key -> value
     # circuit, then episodes with look-ups in the worlds' own tool results (README, "Limits").
@@ -153,7 +160,8 @@ class EpisodeStream:
         env, ids = self._world(e // n)
         cap = self.cfg.copy_max_tokens if short else self.cfg.max_tokens
         return demonstration(self.policy, env, ids[(e % n) % len(ids)], e, cap, tool_weight=self.cfg.tool_loss_weight,
-                             drop_system=short, value_weight=self.cfg.value_weight)
+                             drop_system=short, value_weight=self.cfg.value_weight,
+                             decision_weight=self.cfg.decision_weight)
 
     def induction(self, step: int, i: int) -> Rollout:
         """A random string of n non-special tokens (n uniform in [`induction_len`//4,
@@ -253,7 +261,9 @@ def _argument_spans(action: str) -> list[tuple[str, int, int]]:
 def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 2048) -> dict[str, float]:
     """Teacher-forced exact-copy rate per argument kind on the oracle episodes of `task_ids`:
     an argument value counts as copied when the argmax prediction is right at every one of its
-    tokens. Keys: the kinds of `ARG_KINDS`, and "all"."""
+    tokens. Keys: the kinds of `ARG_KINDS`, "all" (over those), and, scored the same way but
+    not counted in "all", the words a request decides in a confirmation request
+    (:func:`~sinkflex_lib.envs.oracle.decision_spans`: "write_choice", "cancel_reason")."""
     tok, env = policy.tokenizer, RetailEnv(source, max_steps=60)
     hits: dict[str, list[bool]] = {}
     was_training = policy.model.training
@@ -261,9 +271,10 @@ def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 20
     for tid in task_ids:
         prompt, turns = oracle_transcript(env, tid)
         ids, targets = tok(prompt, add_special_tokens=False)["input_ids"], []
-        for action, obs in turns:
+        for i, (action, obs) in enumerate(turns):
             enc = tok(action, add_special_tokens=False, return_offsets_mapping=True)
-            for kind, a, b in _argument_spans(action):
+            nxt = turns[i + 1][0] if i + 1 < len(turns) else ""
+            for kind, a, b in _argument_spans(action) + decision_spans(action, nxt):
                 targets.append((kind, [len(ids) + j for j, (s, e) in enumerate(enc["offset_mapping"])
                                        if s < b and e > a]))
             ids = ids + enc["input_ids"] + [policy.token_id(END)] + tok(obs, add_special_tokens=False)["input_ids"]
@@ -275,7 +286,8 @@ def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 20
                 hits.setdefault(kind, []).append(all(int(pred[p - 1]) == ids[p] for p in positions))
     policy.model.train(was_training)
     out = {k: float(np.mean(v)) for k, v in sorted(hits.items())}
-    out["all"] = float(np.mean([h for v in hits.values() for h in v])) if hits else float("nan")
+    copies = [h for k, v in hits.items() if k in ARG_KINDS.values() for h in v]
+    out["all"] = float(np.mean(copies)) if copies else float("nan")
     return out
 
 
@@ -289,7 +301,7 @@ def evaluate_base(policy, cfg: PretrainConfig) -> dict:
     res = evaluate_policy(policy, src, balanced_task_ids(src, cfg.eval_tasks), cfg.rollout,
                           with_baselines=True)
     keep = ("mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1", "oracle_mean_at_1", "n_tasks",
-            "tool_calls", "tool_errors")
+            "tool_calls", "tool_errors", "writes")
     return {"copy": copy, **{k: res[k] for k in keep},
             "per_kind": {k: v["mean_at_1"] for k, v in res["per_kind"].items()}}
 
@@ -329,6 +341,7 @@ def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, 
         if (ckpt / "state.json").exists():
             raise FileExistsError(f"{out_dir} holds a run; pass --resume or choose another --out")
         out_dir.mkdir(parents=True, exist_ok=True)
+        keep_shipped_history(cfg.init, out_dir)
         metrics.write_text("")
         append_metrics(metrics, {"kind": "config", "step": 0, "parameters": num_parameters(policy.model), **conf})
     append_metrics(metrics, {"kind": "session", "step": start, "git": git_commit()})   # the code of steps >= start
@@ -405,10 +418,39 @@ def stage_chain(out_dir, step: int) -> list[tuple[Path, int]]:
     return before + [(out_dir, step)]
 
 
+SHIPPED_HISTORY = ("init_manifest.json", "init_history.jsonl")   # a shipped init's, kept in the run folder
+
+
+def keep_shipped_history(init: str | None, out_dir: Path) -> None:
+    """If `init` is a shipped base (`ship`'s manifest.json and pretrain_metrics.jsonl beside its
+    weights), copy both into the run folder: the new stage continues that history even after a
+    later ship replaces the base (a stage may ship to the folder it started from)."""
+    if init and (Path(init) / "manifest.json").is_file() and (Path(init) / "pretrain_metrics.jsonl").is_file():
+        for src, dst in zip(("manifest.json", "pretrain_metrics.jsonl"), SHIPPED_HISTORY):
+            shutil.copyfile(Path(init) / src, out_dir / dst)
+
+
+def shipped_history(run: Path) -> tuple[list[dict], list[dict]]:
+    """(history rows, stage totals) of the shipped base that run `run` started from, if any
+    (`keep_shipped_history`); a one-stage base shipped before stages were recorded counts as
+    stage 0 with its own step numbers."""
+    manifest, history = (Path(run) / name for name in SHIPPED_HISTORY)
+    if not history.is_file():
+        return [], []
+    rows = [json.loads(x) for x in history.read_text().splitlines() if x.strip()]
+    rows = [{**r, "stage": r.get("stage", 0), "total_step": r.get("total_step", r.get("step", 0))} for r in rows]
+    m = json.loads(manifest.read_text())
+    stages = m.get("stages") or [{"run": m["command"], "step": m["step"], "seed": m["seed"], "code": [m["git"]],
+                                  **m.get("data", {}), "tokens_seen": m["tokens_seen"], "wall_time_s": m["wall_time_s"]}]
+    return rows, stages
+
+
 def run_totals(out_dir, step: int) -> dict:
     """Data, tokens seen and wall time of run `out_dir` up to `step`, with those of the runs it
-    started from (`stage_chain`) added, stage by stage: a base's whole history."""
-    stages = [_stage_totals(run, upto) for run, upto in stage_chain(out_dir, step)]
+    started from (`stage_chain`, then a shipped base's: `shipped_history`) added, stage by stage:
+    a base's whole history."""
+    chain = stage_chain(out_dir, step)
+    stages = shipped_history(chain[0][0])[1] + [_stage_totals(run, upto) for run, upto in chain]
     return {"stages": stages, "tokens_seen": sum(s["tokens_seen"] for s in stages),
             "wall_time_s": sum(s["wall_time_s"] for s in stages)}
 
@@ -430,10 +472,13 @@ def _stage_totals(out_dir: Path, step: int) -> dict:
 
 
 def history_rows(out_dir, step: int) -> list[dict]:
-    """Every metrics row of the stages behind step `step` of run `out_dir` (`stage_chain`), each
-    with its `stage` (0 first) and `total_step` (steps of all earlier stages added): one curve."""
-    out, offset = [], 0
-    for i, (run, upto) in enumerate(stage_chain(out_dir, step)):
+    """Every metrics row of the stages behind step `step` of run `out_dir` (a shipped base's
+    history first, then `stage_chain`), each with its `stage` (0 first) and `total_step` (steps
+    of all earlier stages added): one curve."""
+    chain = stage_chain(out_dir, step)
+    out, stages = shipped_history(chain[0][0])
+    offset = sum(s["step"] for s in stages)
+    for i, (run, upto) in enumerate(chain, start=len(stages)):
         out += [{**r, "stage": i, "total_step": offset + r.get("step", 0)}
                 for r in read_metrics(run, log=lambda m: None) if r.get("step", 0) <= upto]
         offset += upto

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..envs import RetailEnv
+from ..envs import RetailEnv, WRITE_TOOLS
 from ..envs.actions import ParseError, ToolCall
 
 
@@ -80,6 +80,7 @@ class Rollout:
     tool_calls: int = 0
     tool_errors: int = 0           # tool calls whose result is an "Error: ..." string
     parse_errors: int = 0          # actions that looked like calls but did not parse
+    writes: list[str] = field(default_factory=list)   # the write tools called without a tool error, in order
     reward_info: dict = field(default_factory=dict)
 
     @property
@@ -202,6 +203,8 @@ def _step_env(r: _Row, fmt, cfg: RolloutConfig) -> bool:
     ep.tool_calls += isinstance(parsed, ToolCall)
     ep.tool_errors += info["tool_error"]
     ep.parse_errors += isinstance(parsed, ParseError)
+    if isinstance(parsed, ToolCall) and parsed.name in WRITE_TOOLS and not info["tool_error"]:
+        ep.writes.append(parsed.name)
     if term or trunc:
         ep.reward, ep.terminated, ep.truncated = float(reward), term, trunc
         ep.reward_info = info.get("reward_info", {})

@@ -18,18 +18,22 @@ import torch
 
 from ..envs import RetailEnv
 from ..envs.actions import argument_value_spans
+from ..envs.oracle import decision_spans
 from .chat import END, TOOL, oracle_transcript
 from .rollout import Rollout, collate, token_logprobs
 
 
 def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_tokens: int = 4096,
-                  tool_weight: float = 0.0, drop_system: bool = False, value_weight: float = 1.0) -> Rollout:
+                  tool_weight: float = 0.0, drop_system: bool = False, value_weight: float = 1.0,
+                  decision_weight: float = 1.0) -> Rollout:
     """The oracle episode of `task_id` as a rollout layout (mask 1 on agent tokens), cut at
     the last whole agent turn that fits in `max_tokens`. A demonstration has no sampling
     log-probs: its `old_logp` field carries each token's loss weight instead (1 on agent tokens,
     `value_weight` on the tokens of a tool call's string argument values, the copied ids and
-    names; `tool_weight` inside tool results, 0 elsewhere), so `collate` pads it. drop_system:
-    leave out the system message (pretraining's copy curriculum)."""
+    names; `decision_weight` on the words of a confirmation request that the user's request
+    decides (:func:`~sinkflex_lib.envs.oracle.decision_spans`); `tool_weight` inside tool results,
+    0 elsewhere), so `collate` pads it. drop_system: leave out the system message (pretraining's
+    copy curriculum)."""
     tok = policy.tokenizer
     end_id, tool_id = policy.token_id(END), policy.token_id(TOOL)
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
@@ -38,12 +42,15 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
     r = Rollout(task_id, seed)
     for t in (ids[ids.index(end_id) + 1:] if drop_system else ids):
         r.append(t, 1, len(r.ids))
-    for action, obs in turns:
+    for i, (action, obs) in enumerate(turns):
         a = tok(action, add_special_tokens=False, return_offsets_mapping=True)
         act = a["input_ids"] + [end_id]
         if len(r.ids) + len(act) > max_tokens:
             break
-        for t, w in zip(act, _value_weights(action, a["offset_mapping"], value_weight) + [1.0]):
+        spans = [(s, e, value_weight) for _, s, e in argument_value_spans(action)] if value_weight != 1.0 else []
+        if decision_weight != 1.0 and i + 1 < len(turns):
+            spans += [(s, e, decision_weight) for _, s, e in decision_spans(action, turns[i + 1][0])]
+        for t, w in zip(act, span_weights(a["offset_mapping"], spans) + [1.0]):
             r.append(t, 1, len(r.ids), mask=1, logp=w)
         in_tool = False
         for t in enc(obs):
@@ -57,11 +64,10 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
     return r
 
 
-def _value_weights(action: str, offsets: list[tuple[int, int]], value_weight: float) -> list[float]:
-    """Loss weight per token (character `offsets`) of `action`: `value_weight` on the tokens
-    inside an argument value, 1 elsewhere."""
-    spans = argument_value_spans(action) if value_weight != 1.0 else []
-    return [value_weight if any(s < b and e > a for _, a, b in spans) else 1.0 for s, e in offsets]
+def span_weights(offsets: list[tuple[int, int]], spans: list[tuple[int, int, float]]) -> list[float]:
+    """Loss weight per token (character `offsets`): the weight of the first (start, end, weight)
+    span the token overlaps, 1 for a token in none."""
+    return [next((w for a, b, w in spans if s < b and e > a), 1.0) for s, e in offsets]
 
 
 def bc_loss(policy, batch: dict) -> torch.Tensor:

@@ -7,7 +7,13 @@ import pytest
 from sinkflex_lib.envs import RetailEnv
 from sinkflex_lib.envs.reward import gold_actions
 from sinkflex_lib.envs.tools import WRITE_TOOLS
+from sinkflex_lib.envs.oracle import oracle_script
 from sinkflex_lib.rl import evaluate as ev
+from sinkflex_lib.rl.chat import END, canonical_action
+from sinkflex_lib.rl.policy import Policy
+from sinkflex_lib.rl.rollout import RolloutConfig
+
+from .forced import ForcedTokens
 
 WORLD = "eval-world:3"
 
@@ -45,6 +51,24 @@ def test_evaluate_command_prints_the_json_of_a_micro_policy(capsys):
     assert res["do_nothing_mean_at_1"] == pytest.approx(2 / 11)     # one refuse, one transfer task
     assert res["n_write_tasks"] == sum(v["write"] for v in res["per_kind"].values())
     assert res["mean_at_1"] == pytest.approx(sum(res["per_task"].values()) / 11)
+
+
+def _forced_oracle(policy, task: dict) -> Policy:
+    """A policy that emits the oracle's tokens for `task` (compact format)."""
+    tok = policy.tokenizer
+    script = [t for a in oracle_script(task)
+              for t in tok(canonical_action(a), add_special_tokens=False)["input_ids"] + [policy.token_id(END)]]
+    return Policy(ForcedTokens(script, len(tok)), tok, "forced")
+
+
+def test_the_writes_made_are_counted_per_kind(micro_policy):
+    tasks = RetailEnv(WORLD).data.tasks
+    cfg = RolloutConfig(max_turns=30, max_tokens=8192, max_new_tokens=256)
+    for tid, kind, writes in (("cancel_000", "cancel", {"cancel_pending_order": 1}), ("info_000", "info", {})):
+        res = ev.evaluate_policy(_forced_oracle(micro_policy, tasks[tid]), WORLD, [tid], cfg, with_baselines=False)
+        assert res["mean_at_1"] == 1.0 and res["writes"] == {kind: writes}
+        row = ev.format_table(res).splitlines()[2]
+        assert row.startswith(f"| {kind}") and row.endswith(f"| {', '.join(f'{w} {n}' for w, n in writes.items())} |")
 
 
 def test_evaluate_refuses_bad_arguments_before_loading_a_policy():

@@ -17,6 +17,8 @@ from sinkflex_lib.rl.rollout import RolloutConfig, collate, rollout_batch, token
 oh = pytest.importorskip("openai_harmony")
 from sinkflex_lib.rl import harmony  # noqa: E402
 
+from .forced import ForcedTokens  # noqa: E402
+
 TAU2_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "tau2" / "data"
 HAVE_TAU2 = (TAU2_DATA / "tau2" / "domains" / "retail" / "tasks.json").is_file()
 
@@ -124,21 +126,6 @@ def test_rollout_with_the_real_vocabulary_masks_and_logprobs(fmt):
     assert torch.allclose(logp[m], batch["old_logp"][m], atol=1e-4)
 
 
-class _ForcedTokens(torch.nn.Module):
-    """A 'model' that emits a fixed token list, one token per forward (batch of one)."""
-
-    def __init__(self, tokens: list[int], vocab: int):
-        super().__init__()
-        self.tokens, self.vocab, self.i = tokens, vocab, 0
-        self.dummy = torch.nn.Parameter(torch.zeros(1))
-
-    def forward(self, input_ids, **kw):
-        logits = torch.full((input_ids.shape[0], 1, self.vocab), -1e4)
-        logits[:, :, self.tokens[min(self.i, len(self.tokens) - 1)]] = 1e4
-        self.i += 1
-        return type("Out", (), {"logits": logits})()
-
-
 @pytest.mark.skipif(not HAVE_TAU2, reason="../shared/tau2/data is absent")
 def test_forced_oracle_tokens_solve_every_real_tau2_task(fmt, monkeypatch):
     from sinkflex_lib.envs.data import load_source
@@ -150,7 +137,7 @@ def test_forced_oracle_tokens_solve_every_real_tau2_task(fmt, monkeypatch):
     cfg = RolloutConfig(max_turns=60, max_tokens=60_000, max_new_tokens=4096, source="tau2", temperature=0.0)
     for task_id, task in tasks.items():
         script = [t for a in oracle_script(task) for t in fmt.completion(canonical_action(a))]
-        policy = Policy(_ForcedTokens(script, harmony.HARMONY_VOCAB_SIZE), None, "forced", chat=fmt)
+        policy = Policy(ForcedTokens(script, harmony.HARMONY_VOCAB_SIZE), None, "forced", chat=fmt)
         (r,) = rollout_batch(policy, [(task_id, 0)], cfg)
         assert r.reward == 1.0, (task_id, r.end_reason, r.reward_info)
         assert [t for t, m in zip(r.ids, r.mask) if m] == script

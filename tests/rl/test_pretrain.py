@@ -43,12 +43,14 @@ def test_argument_spans_find_every_copyable_value():
 class _Peek(torch.nn.Module):
     """A 'model' whose argmax at position i is the true token i+1 (or always token 0)."""
 
-    def __init__(self, vocab, right=True):
+    def __init__(self, vocab, right=True, wrong_on=()):
         super().__init__()
         self.vocab, self.right, self.w = vocab, right, torch.nn.Parameter(torch.zeros(1))
+        self.wrong_on = torch.tensor(list(wrong_on), dtype=torch.long)   # true next tokens it gets wrong
 
     def forward(self, input_ids, **kw):
         nxt = torch.roll(input_ids, -1, dims=1) if self.right else torch.zeros_like(input_ids)
+        nxt = torch.where(torch.isin(nxt, self.wrong_on), torch.zeros_like(nxt), nxt)
         return type("Out", (), {"logits": torch.nn.functional.one_hot(nxt, self.vocab).float()})()
 
 
@@ -63,7 +65,19 @@ def test_copy_accuracy_is_one_for_perfect_predictions_and_zero_for_none(micro_po
     finally:
         micro_policy.model = model
     assert {"email", "order_id", "item_id", "payment_method", "user_id", "all"} <= set(good)
+    assert {"write_choice", "cancel_reason"} <= set(good)
     assert set(good.values()) == {1.0} and set(bad.values()) == {0.0}
+
+
+def test_the_words_a_request_decides_are_scored_apart_from_the_copies(micro_policy):
+    ids = ["cancel_000", "modify_items_000", "return_000", "modify_address_000"]   # four writes, one cancel
+    tok, model = micro_policy.tokenizer, micro_policy.model
+    try:    # right everywhere except at the word "cancel"
+        micro_policy.model = _Peek(len(tok), wrong_on=tok(" cancel", add_special_tokens=False)["input_ids"])
+        acc = pt.copy_accuracy(micro_policy, "eval-world:0", ids)
+    finally:
+        micro_policy.model = model
+    assert acc["write_choice"] == 0.75 and acc["cancel_reason"] == 1.0 and acc["all"] == 1.0
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor():
@@ -164,6 +178,37 @@ def test_a_second_stage_starts_from_the_first_and_its_totals_add_up(tmp_path):
     assert [{k: v for k, v in r.items() if k not in ("stage", "total_step")} for r in history] == a_rows_all + b_rows
     with pytest.raises(FileNotFoundError):
         pt.last_step_dir(_empty_run(tmp_path))
+
+
+def test_a_stage_from_a_shipped_base_continues_its_history_even_when_it_ships_over_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(pt, "EVAL_TASKS", 11)      # the shipped evaluation: one task per kind
+    base = tmp_path / "base"
+    with torch.random.fork_rng():
+        pt.pretrain(SMOKE, tmp_path / "a", log=lambda m: None)
+        pt.ship(tmp_path / "a", base, 0, "stage a")
+        first = json.loads((base / "manifest.json").read_text())
+        a_history = (base / "pretrain_metrics.jsonl").read_text()
+        cfg = pt.PretrainConfig(**{**pt.PROFILES["smoke"], "init": str(base), "steps": 2, "eval_every": 2})
+        pt.pretrain(cfg, tmp_path / "b", seed=1, log=lambda m: None)
+        pt.ship(tmp_path / "b", base, 1, "stage b")    # replaces the base it started from
+    second = json.loads((base / "manifest.json").read_text())
+    assert second["stages"][:-1] == first["stages"] and second["stages"][-1]["run"] == str(tmp_path / "b")
+    assert second["tokens_seen"] == first["tokens_seen"] + second["stages"][-1]["tokens_seen"]
+    history = [json.loads(x) for x in (base / "pretrain_metrics.jsonl").read_text().splitlines()]
+    a_rows = [json.loads(x) for x in a_history.splitlines()]
+    assert history[:len(a_rows)] == a_rows and {r["stage"] for r in history[len(a_rows):]} == {1}
+    assert [r["total_step"] for r in history if r["kind"] == "train"] == list(range(1, SMOKE.steps + 3))
+
+
+def test_a_base_shipped_before_stages_were_recorded_counts_as_stage_0(tmp_path):
+    (tmp_path / "init_manifest.json").write_text(json.dumps(
+        {"command": "old", "step": 5, "seed": 0, "git": {"commit": "x", "dirty": False},
+         "data": {"worlds": ["train-world:0"]}, "tokens_seen": 100, "wall_time_s": 2.0}))
+    (tmp_path / "init_history.jsonl").write_text(json.dumps({"kind": "train", "step": 5}) + "\n")
+    rows, stages = pt.shipped_history(tmp_path)
+    assert rows == [{"kind": "train", "step": 5, "stage": 0, "total_step": 5}]
+    assert [(s["step"], s["tokens_seen"], s["code"]) for s in stages] == [(5, 100, [{"commit": "x", "dirty": False}])]
+    assert pt.shipped_history(tmp_path / "nothing") == ([], [])
 
 
 def _empty_run(tmp_path):

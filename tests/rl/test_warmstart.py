@@ -57,6 +57,20 @@ def test_value_weight_lands_exactly_on_the_argument_values(micro_policy):
     assert plain.ids == r.ids and set(plain.old_logp) <= {0.0, 1.0}
 
 
+def test_decision_weight_lands_on_the_words_that_name_the_write(micro_policy):
+    env = RetailEnv("eval-world:0", max_steps=60)
+    tok = micro_policy.tokenizer
+    for tid, words in (("cancel_000", ["cancel order ", "no longer needed"]),
+                       ("modify_address_000", ["change the shipping address of order "])):
+        r = demonstration(micro_policy, env, tid, 0, 2048, value_weight=3.0, decision_weight=5.0)
+        heavy = tok.decode([t for t, w in zip(r.ids, r.old_logp) if w == 5.0])
+        assert heavy.replace(" ", "") == "".join(words).replace(" ", ""), (tid, heavy)   # a word's token may carry its space
+        plain = demonstration(micro_policy, env, tid, 0, 2048, value_weight=3.0)
+        assert plain.ids == r.ids        # elsewhere the weights are unchanged; there they were 1
+        assert [p if w != 5.0 else 5.0 for p, w in zip(plain.old_logp, r.old_logp)] == r.old_logp
+        assert {p for p, w in zip(plain.old_logp, r.old_logp) if w == 5.0} == {1.0}
+
+
 def _string_values(action: str) -> list[str]:
     """Independent reference: the quoted string literals inside a functional call."""
     import ast

@@ -1,0 +1,43 @@
+"""The oracle's confirmation requests: where they name the write that the request decides."""
+
+import pytest
+
+from sinkflex_lib.envs import WRITE_TOOLS
+from sinkflex_lib.envs.actions import ToolCall, format_call
+from sinkflex_lib.envs.oracle import confirmation_request, decision_spans
+
+ADDR = dict(address1="1 Elm St", address2="Apt 2", city="Austin", state="TX", country="USA", zip="78701")
+ITEMS = dict(item_ids=["111"], new_item_ids=["222"], payment_method_id="paypal_9")
+# (tool, arguments, the words naming the write, written out by hand)
+WRITES = [
+    ("cancel_pending_order", dict(order_id="#W1", reason="no longer needed"), "cancel order "),
+    ("modify_pending_order_address", dict(order_id="#W1", **ADDR), "change the shipping address of order "),
+    ("modify_pending_order_payment", dict(order_id="#W1", payment_method_id="gift_card_3"), "pay order "),
+    ("modify_pending_order_items", dict(order_id="#W1", **ITEMS), "modify order "),
+    ("exchange_delivered_order_items", dict(order_id="#W1", **ITEMS), "exchange in order "),
+    ("return_delivered_order_items", dict(order_id="#W1", item_ids=["111"], payment_method_id="paypal_9"),
+     "return from order "),
+    ("modify_user_address", dict(user_id="ann_lee_1", **ADDR), "change the default address of "),
+]
+
+
+def test_every_write_tool_is_covered():
+    assert {w[0] for w in WRITES} == set(WRITE_TOOLS)
+
+
+@pytest.mark.parametrize("name,args,words", WRITES)
+def test_decision_spans_name_the_write_and_a_cancels_reason(name, args, words):
+    message, call = confirmation_request({"name": name, "arguments": args}), format_call(ToolCall(name, args))
+    spans = {k: message[s:e] for k, s, e in decision_spans(message, call)}
+    assert spans["write_choice"] == words
+    assert spans.get("cancel_reason") == args.get("reason")
+
+
+def test_no_spans_unless_the_message_confirms_that_very_write():
+    name, args, _ = WRITES[0]
+    message = confirmation_request({"name": name, "arguments": args})
+    other = format_call(ToolCall(name, {**args, "order_id": "#W2"}))
+    assert decision_spans(message, other) == []
+    assert decision_spans(message, "get_order_details(order_id='#W1')") == []
+    assert decision_spans("Hello", format_call(ToolCall(name, args))) == []
+    assert decision_spans(message, "not a call") == []
