@@ -2,7 +2,7 @@
 #   make reproduce [PROFILE=smoke|cpu|gpu]   run every notebook with Papermill
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
-#   make pretrain                            regenerate data/checkpoints/base-tiny (two stages, about 3.5 h on 2 cores; resumable)
+#   make pretrain                            regenerate data/checkpoints/base-tiny (two stages, hours on 2 cores; resumable)
 #   make grpo-seeds [PROFILE=...]            GRPO from the base with seeds 0 1 2, mean and spread (resumable)
 #   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3
@@ -34,10 +34,14 @@ test: $(STAMP)
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest --nbval-lax notebooks/
 
 # Two stages (pretrain.py's "cpu" and "episodes" profiles), each in a folder outside the repository
-# (rerunning one resumes it exactly where it stopped). Each ships its result as the base; the second
-# starts from the shipped first, so it can run in a later session even if the first's folder is gone.
+# (rerunning one resumes it exactly where it stopped). Each ships its result as the base (a finished
+# stage that the base already holds is not shipped again); the second starts from whatever base is
+# shipped, the first stage's after `make pretrain-stage1`, so it can run in a later session even if
+# the first's folder is gone.
 BASE := data/checkpoints/base-tiny
-pretrain: pretrain-stage1 pretrain-stage2
+pretrain: $(STAMP)
+	$(MAKE) pretrain-stage1
+	$(MAKE) pretrain-stage2
 
 pretrain-stage1: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \

@@ -81,13 +81,14 @@ def decision_spans(message: str, next_action: str) -> list[tuple[str, int, int]]
     if message != confirmation_request(action):
         return []
     text, start = describe_write(action), len(CONFIRM_PREFIX)
-    values = [v for a in call.arguments.values() for v in (a if isinstance(a, list) else [a]) if isinstance(v, str) and v]
-    first = min((text.find(v) for v in values if v in text), default=len(text))
-    spans = [("write_choice", start, start + first)]
+    # the words before the first argument: what the description reads with every value a marker
+    probe = describe_write({"name": call.name, "arguments": {
+        k: ["\0"] if isinstance(v, list) else "\0" for k, v in call.arguments.items()}})
+    first = probe.find("\0")
+    spans = [("write_choice", start, start + (first if first >= 0 else len(probe)))]
     reason = call.arguments.get("reason") if call.name == "cancel_pending_order" else None
-    if isinstance(reason, str) and f"'{reason}'" in text:
-        at = start + text.index(f"'{reason}'") + 1
-        spans.append(("cancel_reason", at, at + len(reason)))
+    if isinstance(reason, str) and text.endswith(f"'{reason}'"):     # the description's last words
+        spans.append(("cancel_reason", start + len(text) - len(reason) - 1, start + len(text) - 1))
     return spans
 
 

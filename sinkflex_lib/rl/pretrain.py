@@ -273,7 +273,7 @@ def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 20
         ids, targets = tok(prompt, add_special_tokens=False)["input_ids"], []
         for i, (action, obs) in enumerate(turns):
             enc = tok(action, add_special_tokens=False, return_offsets_mapping=True)
-            nxt = turns[i + 1][0] if i + 1 < len(turns) else ""
+            nxt = turns[i + 1][0] if i + 1 < len(turns) else ""      # the action a confirmation is for
             for kind, a, b in _argument_spans(action) + decision_spans(action, nxt):
                 targets.append((kind, [len(ids) + j for j, (s, e) in enumerate(enc["offset_mapping"])
                                        if s < b and e > a]))
@@ -425,6 +425,8 @@ def keep_shipped_history(init: str | None, out_dir: Path) -> None:
     """If `init` is a shipped base (`ship`'s manifest.json and pretrain_metrics.jsonl beside its
     weights), copy both into the run folder: the new stage continues that history even after a
     later ship replaces the base (a stage may ship to the folder it started from)."""
+    for name in SHIPPED_HISTORY:       # a fresh start: nothing of an earlier attempt in this folder
+        (out_dir / name).unlink(missing_ok=True)
     if init and (Path(init) / "manifest.json").is_file() and (Path(init) / "pretrain_metrics.jsonl").is_file():
         for src, dst in zip(("manifest.json", "pretrain_metrics.jsonl"), SHIPPED_HISTORY):
             shutil.copyfile(Path(init) / src, out_dir / dst)
@@ -440,15 +442,16 @@ def shipped_history(run: Path) -> tuple[list[dict], list[dict]]:
     rows = [json.loads(x) for x in history.read_text().splitlines() if x.strip()]
     rows = [{**r, "stage": r.get("stage", 0), "total_step": r.get("total_step", r.get("step", 0))} for r in rows]
     m = json.loads(manifest.read_text())
-    stages = m.get("stages") or [{"run": m["command"], "step": m["step"], "seed": m["seed"], "code": [m["git"]],
-                                  **m.get("data", {}), "tokens_seen": m["tokens_seen"], "wall_time_s": m["wall_time_s"]}]
+    stages = m.get("stages") or [{"run": None, "command": m["command"], "step": m["step"], "seed": m["seed"],
+                                  "init": None, "code": [m["git"]], **m.get("data", {}),
+                                  "tokens_seen": m["tokens_seen"], "wall_time_s": m["wall_time_s"]}]
     return rows, stages
 
 
 def run_totals(out_dir, step: int) -> dict:
-    """Data, tokens seen and wall time of run `out_dir` up to `step`, with those of the runs it
-    started from (`stage_chain`, then a shipped base's: `shipped_history`) added, stage by stage:
-    a base's whole history."""
+    """Data, tokens seen and wall time of run `out_dir` up to `step`, with those of what it started
+    from added, stage by stage, first stage first (a shipped base's, `shipped_history`, then the
+    runs of `stage_chain`): a base's whole history."""
     chain = stage_chain(out_dir, step)
     stages = shipped_history(chain[0][0])[1] + [_stage_totals(run, upto) for run, upto in chain]
     return {"stages": stages, "tokens_seen": sum(s["tokens_seen"] for s in stages),
@@ -546,10 +549,24 @@ def main(argv=None) -> int:
     except (ResumeError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.ship:
+    if args.ship and shipped_from(args.ship, args.out):
+        log(f"{args.ship} already holds (or was built on) the selected step of {args.out}: not shipped again")
+    elif args.ship:
         dest = ship(args.out, args.ship, args.seed, "python -m sinkflex_lib.rl.pretrain " + " ".join(argv or sys.argv[1:]))
         log(f"shipped {dest}: {json.loads((Path(dest) / 'manifest.json').read_text())['selected']}")
     return 0
+
+
+def shipped_from(dest, out_dir) -> bool:
+    """Whether the base in `dest` is, or was built on, the step `select_step` picks from run
+    `out_dir` (one of its manifest's stages): rerunning a finished stage ships nothing, and
+    never puts an earlier stage over a later one."""
+    manifest = Path(dest) / "manifest.json"
+    if not manifest.is_file():
+        return False
+    step = select_step(read_metrics(out_dir, log=lambda m: None))["step"]
+    stages = json.loads(manifest.read_text()).get("stages", [])
+    return any(s.get("run") == str(out_dir) and s.get("step") == step for s in stages)
 
 
 if __name__ == "__main__":

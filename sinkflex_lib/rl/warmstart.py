@@ -48,8 +48,9 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
         if len(r.ids) + len(act) > max_tokens:
             break
         spans = [(s, e, value_weight) for _, s, e in argument_value_spans(action)] if value_weight != 1.0 else []
-        if decision_weight != 1.0 and i + 1 < len(turns):
-            spans += [(s, e, decision_weight) for _, s, e in decision_spans(action, turns[i + 1][0])]
+        nxt = turns[i + 1][0] if i + 1 < len(turns) else ""          # the action a confirmation is for
+        if decision_weight != 1.0:
+            spans += [(s, e, decision_weight) for _, s, e in decision_spans(action, nxt)]
         for t, w in zip(act, span_weights(a["offset_mapping"], spans) + [1.0]):
             r.append(t, 1, len(r.ids), mask=1, logp=w)
         in_tool = False

@@ -41,3 +41,11 @@ def test_no_spans_unless_the_message_confirms_that_very_write():
     assert decision_spans(message, "get_order_details(order_id='#W1')") == []
     assert decision_spans("Hello", format_call(ToolCall(name, args))) == []
     assert decision_spans(message, "not a call") == []
+
+
+def test_a_value_inside_the_words_does_not_cut_them_short():
+    for args in (dict(order_id="#W1", reason="order"), dict(order_id="cancel", reason="no longer needed")):
+        name = "cancel_pending_order"
+        message = confirmation_request({"name": name, "arguments": args})
+        spans = {k: message[s:e] for k, s, e in decision_spans(message, format_call(ToolCall(name, args)))}
+        assert spans == {"write_choice": "cancel order ", "cancel_reason": args["reason"]}

@@ -198,6 +198,12 @@ def test_a_stage_from_a_shipped_base_continues_its_history_even_when_it_ships_ov
     a_rows = [json.loads(x) for x in a_history.splitlines()]
     assert history[:len(a_rows)] == a_rows and {r["stage"] for r in history[len(a_rows):]} == {1}
     assert [r["total_step"] for r in history if r["kind"] == "train"] == list(range(1, SMOKE.steps + 3))
+    # rerunning either finished stage with --ship ships nothing: the base already holds both
+    assert pt.shipped_from(base, tmp_path / "a") and pt.shipped_from(base, tmp_path / "b")
+    assert not pt.shipped_from(tmp_path / "nothing", tmp_path / "a")
+    before = (base / "manifest.json").read_text()
+    assert pt.main(["--out", str(tmp_path / "a"), "--profile", "smoke", "--resume", "--ship", str(base)]) == 0
+    assert (base / "manifest.json").read_text() == before
 
 
 def test_a_base_shipped_before_stages_were_recorded_counts_as_stage_0(tmp_path):
