@@ -120,8 +120,8 @@ PROFILES = {
     # but its greedy episodes always confirmed "cancel, reason 'ordered by mistake'" whatever the
     # request (README, "Limits"): the few words a request decides (`decision_spans`, scored as
     # "write_choice" and "cancel_reason" by `copy_accuracy`) weigh 5 here. An A/B to step 500 from
-    # the shipped base (README, "Limits"): teacher-forced "write_choice" 0.65 at weight 1, 0.78 at 5;
-    # greedy, both still cancel whatever the request.
+    # the shipped base (README, "Limits"): teacher-forced "write_choice" 0.65 at weight 1, 0.78 and
+    # 0.67 in two runs at 5 (other float rounding): no effect shown yet; greedy, all still cancel.
     "episodes": dict(induction_steps=0, copy_steps=0, steps=2000, lr=7e-4, warmup=50, decision_weight=5.0),
     # a third stage: digit-only ids (item, product) were never copied after the two stages above
     # (their first token, even with one candidate in the context): flat look-ups form a key -> value
