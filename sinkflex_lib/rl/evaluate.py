@@ -12,7 +12,11 @@ the policy, the same tasks are scored for
   gold needs no write and no information (refuse, transfer): a rise that it also reaches is
   not learning;
 - **the oracle**: the gold actions with policy-abiding messages (1.0 when the environment,
-  the tasks and the reward agree).
+  the tasks and the reward agree);
+- **the oracle within the budgets** (``oracle_in_budget``): the oracle's turns, as the policy's
+  chat format writes them, replayed through the rollout worker's budgets (tokens a turn and an
+  episode, turns): the most that imitating the oracle can score under those budgets. Below 1 on a
+  kind, the budgets, not the policy, cap it.
 
 Results are given overall, per task kind (``description.purpose``: one of the 11 synthetic kinds,
 a free-text purpose for the few real tau2 tasks that have one, "tau2" for the others) and for the
@@ -31,10 +35,12 @@ import numpy as np
 from ..envs import RetailEnv, WRITE_TOOLS, load_source
 from ..envs.data import world_source
 from ..envs.episode import run_episode
-from ..envs.oracle import OracleAgent, ScriptAgent
+from ..envs.oracle import OracleAgent, ScriptAgent, oracle_script
 from ..envs.reward import gold_actions
-from .rollout import RolloutConfig, rollout_batch
+from .chat import canonical_action
+from .rollout import RolloutConfig, replay_turns, rollout_batch
 
+NAN = float("nan")
 EVAL_TASKS = 110    # tasks of a held-out world evaluated by default (10 of each of the 11 kinds)
 
 
@@ -67,6 +73,22 @@ def baseline_rewards(source: str, task_ids: list[str], agent: str, max_turns: in
         raise ValueError(f"agent must be one of {sorted(makers)}, got {agent!r}")
     env = RetailEnv(source, max_steps=max(max_turns, 60))   # the oracle is never cut short
     return {t: run_episode(env, makers[agent], t).reward for t in task_ids}
+
+
+def oracle_in_budget_rewards(fmt, source: str, task_ids: list[str], cfg: RolloutConfig) -> dict[str, float]:
+    """Reward per task of the oracle's turns in chat format `fmt` replayed under `cfg`'s
+    budgets (:func:`.rollout.replay_turns`)."""
+    cfg = RolloutConfig(**{**cfg.__dict__, "source": source})
+    tasks = load_source(source).tasks
+    return {t: replay_turns(fmt, t, [fmt.completion(canonical_action(a)) for a in oracle_script(tasks[t])],
+                            cfg).reward for t in task_ids}
+
+
+def all_baselines(policy, source: str, task_ids: list[str], cfg: RolloutConfig) -> dict[str, dict[str, float]]:
+    """Reward per task of do-nothing, the oracle and the oracle within `cfg`'s budgets in the
+    chat format of `policy`."""
+    return {**{a: baseline_rewards(source, task_ids, a, cfg.max_turns) for a in ("do_nothing", "oracle")},
+            "oracle_in_budget": oracle_in_budget_rewards(policy.chat, source, task_ids, cfg)}
 
 
 def summarize(rewards: dict[str, float], source: str, baselines: dict[str, dict[str, float]]) -> dict:
@@ -113,8 +135,7 @@ def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig
     t0 = time.perf_counter()
     rollouts = rollout_batch(policy, [(t, 0) for t in task_ids], cfg)
     rewards = {r.task_id: r.reward for r in rollouts}
-    baselines = ({a: baseline_rewards(source, task_ids, a, cfg.max_turns) for a in ("do_nothing", "oracle")}
-                 if with_baselines else {})
+    baselines = all_baselines(policy, source, task_ids, cfg) if with_baselines else {}
     out = {"source": source, **summarize(rewards, source, baselines), "per_task": rewards,
            "writes": write_counts(rollouts, source),
            "tool_calls": sum(r.tool_calls for r in rollouts),
@@ -162,16 +183,18 @@ def main(argv=None) -> int:
 
 def format_table(res: dict) -> str:
     """A Markdown table of a result: one row per kind, then write tasks and all."""
-    lines = ["| kind | tasks | policy | do-nothing | oracle | writes made |", "|---|---:|---:|---:|---:|---|"]
+    names = ("do_nothing", "oracle", "oracle_in_budget")
+    cells = lambda get: " | ".join(f"{get(n):.3f}" for n in names)  # noqa: E731
+    lines = ["| kind | tasks | policy | do-nothing | oracle | oracle within the budgets | writes made |",
+             "|---|---:|---:|---:|---:|---:|---|"]
     for kind, row in res["per_kind"].items():
         writes = ", ".join(f"{w} {n}" for w, n in sorted(res.get("writes", {}).get(kind, {}).items()))
         lines.append(f"| {kind}{' (write)' if row['write'] else ''} | {row['n']} | {row['mean_at_1']:.3f} "
-                     f"| {row.get('do_nothing', float('nan')):.3f} | {row.get('oracle', float('nan')):.3f} | {writes} |")
+                     f"| {cells(lambda n: row.get(n, NAN))} | {writes} |")
     lines.append(f"| **write tasks** | {res['n_write_tasks']} | {res['write_mean_at_1']:.3f} | "
-                 f"{res.get('do_nothing_write_mean_at_1', float('nan')):.3f} | "
-                 f"{res.get('oracle_write_mean_at_1', float('nan')):.3f} | |")
+                 f"{cells(lambda n: res.get(f'{n}_write_mean_at_1', NAN))} | |")
     lines.append(f"| **all** | {res['n_tasks']} | {res['mean_at_1']:.3f} | "
-                 f"{res.get('do_nothing_mean_at_1', float('nan')):.3f} | {res.get('oracle_mean_at_1', float('nan')):.3f} | |")
+                 f"{cells(lambda n: res.get(f'{n}_mean_at_1', NAN))} | |")
     return "\n".join(lines)
 
 

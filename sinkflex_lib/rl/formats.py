@@ -11,7 +11,9 @@ start and evaluation, and nothing else depends on how a policy's chat looks:
   :class:`~sinkflex_lib.envs.actions.Action`); never raises: a malformed turn is a
   ``ParseError``, which the environment answers with an error observation;
 - ``observation(obs, action)``: the token ids appended after the environment answered
-  `action` with `obs`, up to and including the marker that opens the next agent turn.
+  `action` with `obs`, up to and including the marker that opens the next agent turn;
+- ``completion(action)``: the tokens a policy samples for `action` (an oracle turn in this
+  format), stop token included.
 
 Tokens accumulate and are never re-tokenized, so the trained sequence is the sampled one.
 Two formats: :class:`CompactFormat` (the project tokenizer's role markers, :mod:`.chat`; the
@@ -39,6 +41,9 @@ class ChatFormat:
         raise NotImplementedError
 
     def observation(self, obs: str, action: Action) -> list[int]:
+        raise NotImplementedError
+
+    def completion(self, action: str) -> list[int]:
         raise NotImplementedError
 
 
@@ -73,3 +78,6 @@ class CompactFormat(ChatFormat):
 
     def observation(self, obs: str, action: Action) -> list[int]:
         return self.encode(render_observation(obs))
+
+    def completion(self, action: str) -> list[int]:
+        return self.encode(action) + [self.end_id]

@@ -302,7 +302,8 @@ def evaluate_base(policy, cfg: PretrainConfig) -> dict:
     copy = copy_accuracy(policy, src, balanced_task_ids(src, cfg.copy_eval_tasks), cfg.max_tokens)
     res = evaluate_policy(policy, src, balanced_task_ids(src, cfg.eval_tasks), cfg.rollout,
                           with_baselines=True)
-    keep = ("mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1", "oracle_mean_at_1", "n_tasks",
+    keep = ("mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1", "oracle_mean_at_1",
+            "oracle_in_budget_mean_at_1", "oracle_in_budget_write_mean_at_1", "n_tasks",
             "tool_calls", "tool_errors", "writes")
     return {"copy": copy, **{k: res[k] for k in keep},
             "per_kind": {k: v["mean_at_1"] for k, v in res["per_kind"].items()}}

@@ -46,8 +46,9 @@ from ..envs.actions import ParseError, ToolCall
 @dataclass
 class RolloutConfig:
     max_turns: int = 16            # agent actions per episode (env max_steps)
-    max_tokens: int = 2048         # real tokens per episode (prompt + responses + observations)
-    max_new_tokens: int = 64       # sampled tokens per agent turn
+    max_tokens: int = 3072         # real tokens per episode (prompt + responses + observations)
+    max_new_tokens: int = 128      # sampled tokens per agent turn (the oracle's turns fit both:
+                                   # :func:`replay_turns`, `evaluate.oracle_in_budget_rewards`)
     temperature: float = 1.0       # 0: greedy
     source: str = "mini"
     user: str = "scripted"         # the user simulator (:func:`sinkflex_lib.envs.users.make_user`)
@@ -299,6 +300,28 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
         stats["rollout_forward_tokens"] = n_forward_tokens
         stats.update(clock)   # model forwards (feeding included), sampling, env steps + observation tokens
     return [r.out for r in all_rows]
+
+
+def replay_turns(fmt, task_id: str, turns: list[list[int]], cfg: RolloutConfig | None = None,
+                 seed: int = 0) -> Rollout:
+    """The episode `rollout_batch` records (batch of one) when a policy in format `fmt` samples
+    exactly `turns` (each an agent turn's tokens, stop token included), under `cfg`'s budgets
+    and without a model: a turn past `max_new_tokens` is cut and closed, an episode out of
+    `max_tokens` or `max_turns` ends unrewarded. The oracle's turns (`fmt.completion`) replayed
+    so score what imitating the oracle can reach under those budgets."""
+    cfg = cfg or RolloutConfig()
+    r = _start_rows([(task_id, seed)], fmt, cfg)[0]
+    for turn in turns:
+        r.feed_pending(len(r.pending), fmt.pad_id)
+        cut = next((j + 1 for j, t in enumerate(turn) if t in fmt.stop_ids), len(turn))
+        r.turn = list(turn[:min(cut, cfg.max_new_tokens)])
+        r.pending = [(t, 1, 0.0) for t in r.turn]
+        if r.turn[-1] not in fmt.stop_ids:   # forced close, as the worker does
+            r.pending.extend((c, 0, 0.0) for c in fmt.close_ids)
+        if _step_env(r, fmt, cfg):
+            break
+    r.feed_pending(len(r.pending), fmt.pad_id)
+    return r.out
 
 
 def without_pads(r: Rollout) -> Rollout:

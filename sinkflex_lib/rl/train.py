@@ -48,7 +48,7 @@ import torch
 
 from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
-from .evaluate import balanced_task_ids, baseline_rewards, summarize
+from .evaluate import all_baselines, balanced_task_ids, summarize
 from ..machine import peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg
 from .policy import build_policy, num_parameters
@@ -273,13 +273,13 @@ def _begin(run: _Run, log) -> None:
     if cfg.beta > 0:
         run.policy.freeze_reference()
     val = validate(run.policy, cfg, run.val_ids, run.seed)
-    base = {f"val_{a}_reward": float(np.mean(list(baseline_rewards(cfg.val_source, run.val_ids, a,
-                                                                      cfg.max_turns).values())))
-            for a in ("do_nothing", "oracle")}
+    base = {f"val_{a}_reward": float(np.mean(list(r.values()))) for a, r in all_baselines(
+        run.policy, cfg.val_source, run.val_ids, cfg.rollout_config(cfg.val_temperature)).items()}
     append_metrics(run.metrics, {"kind": "val", "step": 0, "elapsed_s": time.perf_counter() - run.t_start,
                                  **val, **base})
     log(f"step 0 validation mean@1 {val['val_reward']:.3f}, write tasks {val['val_write_reward']:.3f} "
-        f"({len(run.val_ids)} held-out tasks of {cfg.val_source}; do-nothing {base['val_do_nothing_reward']:.3f})")
+        f"({len(run.val_ids)} held-out tasks of {cfg.val_source}; do-nothing {base['val_do_nothing_reward']:.3f}, "
+        f"oracle within the budgets {base['val_oracle_in_budget_reward']:.3f})")
     run.checkpoint(0)
 
 

@@ -9,7 +9,7 @@ from sinkflex_lib.envs.reward import gold_actions
 from sinkflex_lib.envs.tools import WRITE_TOOLS
 from sinkflex_lib.envs.oracle import oracle_script
 from sinkflex_lib.rl import evaluate as ev
-from sinkflex_lib.rl.chat import END, canonical_action
+from sinkflex_lib.rl.chat import END, canonical_action, oracle_transcript
 from sinkflex_lib.rl.policy import Policy
 from sinkflex_lib.rl.rollout import RolloutConfig
 
@@ -48,6 +48,7 @@ def test_evaluate_command_prints_the_json_of_a_micro_policy(capsys):
         assert key in res
     assert res["n_tasks"] == 11 and len(res["per_kind"]) == 11 and len(res["per_task"]) == 11
     assert res["oracle_mean_at_1"] == 1.0
+    assert res["oracle_in_budget_mean_at_1"] == 0.0     # every oracle episode needs more than 2 turns
     assert res["do_nothing_mean_at_1"] == pytest.approx(2 / 11)     # one refuse, one transfer task
     assert res["n_write_tasks"] == sum(v["write"] for v in res["per_kind"].values())
     assert res["mean_at_1"] == pytest.approx(sum(res["per_task"].values()) / 11)
@@ -69,6 +70,31 @@ def test_the_writes_made_are_counted_per_kind(micro_policy):
         assert res["mean_at_1"] == 1.0 and res["writes"] == {kind: writes}
         row = ev.format_table(res).splitlines()[2]
         assert row.startswith(f"| {kind}") and row.endswith(f"| {', '.join(f'{w} {n}' for w, n in writes.items())} |")
+
+
+def test_the_oracle_within_the_budgets_is_capped_exactly_where_the_episode_does_not_fit(micro_policy):
+    """Independent rule on the oracle's token counts: every turn fits max_new_tokens and every
+    observation leaves room for a full turn -> 1; the episode runs out of tokens or turns -> 0
+    (a turn cut at max_new_tokens may still pass: the scripted user can accept a cut request)."""
+    ids = ev.balanced_task_ids(WORLD, 33)
+    fmt = micro_policy.chat
+    for cfg, capped in ((RolloutConfig(max_turns=16, max_tokens=2048, max_new_tokens=64), True),
+                        (RolloutConfig(max_turns=16, max_tokens=3072, max_new_tokens=128), False)):
+        got = ev.oracle_in_budget_rewards(fmt, WORLD, ids, cfg)
+        zeros = 0
+        for t in ids:
+            prompt, turns = oracle_transcript(RetailEnv(WORLD), t)
+            acts = [fmt.completion(a) for a, _ in turns]
+            n, out_of_tokens = len(fmt.encode(prompt)), False
+            for act, (_, obs) in zip(acts[:-1], turns):
+                n += len(act) + len(fmt.encode(obs))
+                out_of_tokens |= n + cfg.max_new_tokens + 1 > cfg.max_tokens
+            if out_of_tokens or len(turns) > cfg.max_turns:
+                assert got[t] == 0.0, t
+                zeros += 1
+            elif max(map(len, acts)) <= cfg.max_new_tokens:
+                assert got[t] == 1.0, t
+        assert (zeros > 0) == capped
 
 
 def test_evaluate_refuses_bad_arguments_before_loading_a_policy():

@@ -2,8 +2,14 @@ import pytest
 import torch
 
 from sinkflex_lib.rl.chat import END
-from sinkflex_lib.rl.rollout import (RolloutConfig, collate, group_specs, previous_real_index,
+from sinkflex_lib.envs import RetailEnv
+from sinkflex_lib.envs.oracle import oracle_script
+from sinkflex_lib.rl.chat import canonical_action
+from sinkflex_lib.rl.policy import Policy
+from sinkflex_lib.rl.rollout import (RolloutConfig, collate, group_specs, previous_real_index, replay_turns,
                                      rollout_batch, scores_without_pads, token_logprobs, without_pads)
+
+from .forced import ForcedTokens
 
 CFG = RolloutConfig(max_turns=4, max_tokens=700, max_new_tokens=12)
 
@@ -261,3 +267,25 @@ def test_grouped_and_shared_prefix_scoring_equal_the_plain_forward_in_value_and_
         torch.testing.assert_close(ent[real], ent0[real], atol=1e-5, rtol=0)
         for g, g0 in zip(grads, grads0):
             torch.testing.assert_close(g, g0, atol=1e-5 * float(g0.abs().max()) + 1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("cfg, reward, end", [
+    (RolloutConfig(max_turns=16, max_tokens=3072, max_new_tokens=128, source="eval-world:3"), 1.0, "user_stop"),
+    (RolloutConfig(max_turns=16, max_tokens=3072, max_new_tokens=20, source="eval-world:3"), 0.0, None),
+    (RolloutConfig(max_turns=16, max_tokens=600, max_new_tokens=128, source="eval-world:3"), 0.0, "max_tokens"),
+    (RolloutConfig(max_turns=3, max_tokens=3072, max_new_tokens=128, source="eval-world:3"), 0.0, "max_steps"),
+])
+def test_replayed_turns_equal_the_worker_sampling_them(micro_policy, cfg, reward, end):
+    """replay_turns against the worker itself, driven by a model that emits the turns' tokens
+    (cut where the worker cuts them): same layout, mask, actions, reward and end."""
+    fmt = micro_policy.chat
+    task = RetailEnv("eval-world:3").data.tasks["modify_address_000"]
+    turns = [fmt.completion(canonical_action(a)) for a in oracle_script(task)]
+    assert max(map(len, turns)) > 20     # the confirmation request is cut at 20 tokens
+    forced = Policy(ForcedTokens([t for turn in turns for t in turn[:cfg.max_new_tokens]], len(micro_policy.tokenizer)),
+                    micro_policy.tokenizer, "forced")
+    want = rollout_batch(forced, [("modify_address_000", 0)], cfg)[0]
+    got = replay_turns(fmt, "modify_address_000", turns, cfg)
+    for key in ("ids", "attn", "pos", "mask", "actions", "reward", "end_reason", "writes"):
+        assert getattr(got, key) == getattr(want, key), key
+    assert got.reward == reward and (end is None or got.end_reason == end)

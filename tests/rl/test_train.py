@@ -48,6 +48,8 @@ def test_smoke_pipeline_logs_the_metrics(tmp_path, fake_rewards):
         assert key in tr[-1], key
     assert sum(r["minibatches"] for r in tr) > 0
     assert [r["step"] for r in rows if r["kind"] == "val"] == [0, 1, 2]
+    val0 = next(r for r in rows if r["kind"] == "val")
+    assert val0["val_oracle_reward"] == 1.0 and val0["val_oracle_in_budget_reward"] == 0.0   # 3 turns: too few
     assert (tmp_path / "checkpoint" / "model.safetensors").exists()
     assert np.isfinite(res.val_end)
 
