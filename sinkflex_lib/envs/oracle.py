@@ -73,7 +73,9 @@ def decision_spans(message: str, next_action: str) -> list[tuple[str, int, int]]
     "write_choice", the words naming the write (from after "I will " to its first argument
     value: "cancel order ", "change the shipping address of order ", ...), and for a cancel
     "cancel_reason", the reason's value. Neither can be copied from a tool result; the call
-    after the confirmation only repeats them."""
+    after the confirmation only repeats them. Also "confirmed_<argument>", each other argument's
+    value where the request states it (an address the user's first message gave, the payment method,
+    the items): the copy a write depends on is made here, not in the call after it."""
     call = parse_action(next_action)
     if not isinstance(call, ToolCall) or call.name not in WRITE_TOOLS:
         return []
@@ -89,7 +91,21 @@ def decision_spans(message: str, next_action: str) -> list[tuple[str, int, int]]
     reason = call.arguments.get("reason") if call.name == "cancel_pending_order" else None
     if isinstance(reason, str) and text.endswith(f"'{reason}'"):     # the description's last words
         spans.append(("cancel_reason", start + len(text) - len(reason) - 1, start + len(text) - 1))
+    for key, value in call.arguments.items():
+        a, b = _value_span(action, key) if value and key != "reason" else (-1, -1)
+        if a >= 0:
+            spans.append((f"confirmed_{key}", start + a, start + b))
     return spans
+
+
+def _value_span(action: dict, key: str) -> tuple[int, int]:
+    """Where argument `key`'s value lies in describe_write(action): the description with that
+    one value a marker has the same text before and after it. (-1, -1) if it is not there."""
+    value = action["arguments"][key]
+    probe = describe_write({**action, "arguments": {**action["arguments"],
+                                                    key: ["\0"] if isinstance(value, list) else "\0"}})
+    a = probe.find("\0")
+    return (a, len(describe_write(action)) - (len(probe) - a - 1)) if a >= 0 else (-1, -1)
 
 
 def report(task: dict, closing: bool = True) -> str:

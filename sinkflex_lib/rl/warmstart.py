@@ -31,7 +31,8 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
     log-probs: its `old_logp` field carries each token's loss weight instead (1 on agent tokens,
     `value_weight` on the tokens of a tool call's string argument values, the copied ids and
     names; `decision_weight` on the words of a confirmation request that the user's request
-    decides (:func:`~sinkflex_lib.envs.oracle.decision_spans`); `tool_weight` inside tool results,
+    decides (:func:`~sinkflex_lib.envs.oracle.decision_spans`: which write, a cancel's reason,
+    the argument values as the request states them); `tool_weight` inside tool results,
     0 elsewhere), so `collate` pads it. drop_system: leave out the system message (pretraining's
     copy curriculum)."""
     tok = policy.tokenizer

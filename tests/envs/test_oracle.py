@@ -33,6 +33,15 @@ def test_decision_spans_name_the_write_and_a_cancels_reason(name, args, words):
     assert spans.get("cancel_reason") == args.get("reason")
 
 
+@pytest.mark.parametrize("name,args,words", WRITES)
+def test_confirmed_values_are_every_other_argument_as_the_request_states_it(name, args, words):
+    message, call = confirmation_request({"name": name, "arguments": args}), format_call(ToolCall(name, args))
+    got = {k: message[s:e] for k, s, e in decision_spans(message, call) if k.startswith("confirmed_")}
+    # written out by hand: lists are joined with ", " in the description
+    want = {f"confirmed_{k}": ", ".join(v) if isinstance(v, list) else v for k, v in args.items() if v and k != "reason"}
+    assert got == want
+
+
 def test_no_spans_unless_the_message_confirms_that_very_write():
     name, args, _ = WRITES[0]
     message = confirmation_request({"name": name, "arguments": args})
@@ -48,4 +57,5 @@ def test_a_value_inside_the_words_does_not_cut_them_short():
         name = "cancel_pending_order"
         message = confirmation_request({"name": name, "arguments": args})
         spans = {k: message[s:e] for k, s, e in decision_spans(message, format_call(ToolCall(name, args)))}
-        assert spans == {"write_choice": "cancel order ", "cancel_reason": args["reason"]}
+        assert spans == {"write_choice": "cancel order ", "cancel_reason": args["reason"],
+                         "confirmed_order_id": args["order_id"]}

@@ -65,7 +65,8 @@ def test_copy_accuracy_is_one_for_perfect_predictions_and_zero_for_none(micro_po
     finally:
         micro_policy.model = model
     assert {"email", "order_id", "item_id", "payment_method", "user_id", "all"} <= set(good)
-    assert {"write_choice", "cancel_reason"} <= set(good)
+    assert {"write_choice", "cancel_reason", "confirmed", "confirmed_address", "confirmed_order_id",
+            "confirmed_item_id", "confirmed_payment_method"} <= set(good)
     assert set(good.values()) == {1.0} and set(bad.values()) == {0.0}
 
 
@@ -78,6 +79,20 @@ def test_the_words_a_request_decides_are_scored_apart_from_the_copies(micro_poli
     finally:
         micro_policy.model = model
     assert acc["write_choice"] == 0.75 and acc["cancel_reason"] == 1.0 and acc["all"] == 1.0
+
+
+def test_the_values_a_request_states_are_scored_apart_from_the_calls_copies(micro_policy):
+    ids = ["modify_address_000"]   # "... to 505 Hillcrest Road, Suite 432, Portland, OR, 97246, USA"
+    tok, model = micro_policy.tokenizer, micro_policy.model
+    try:    # wrong at "Portland", in the request and in the call
+        micro_policy.model = _Peek(len(tok), wrong_on=tok("Portland", add_special_tokens=False)["input_ids"])
+        acc = pt.copy_accuracy(micro_policy, "eval-world:0", ids)
+    finally:
+        micro_policy.model = model
+    assert acc["confirmed_address"] == pytest.approx(3 / 4)   # address1, address2, city (wrong), state
+    assert acc["confirmed_zip"] == acc["confirmed_country"] == acc["confirmed_order_id"] == 1.0
+    assert acc["confirmed"] == pytest.approx(6 / 7)
+    assert acc["address"] == 0.75 and acc["all"] < 1.0        # the call repeats the address
 
 
 def test_lr_schedule_warms_up_then_decays_to_the_floor():

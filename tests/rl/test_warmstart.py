@@ -57,11 +57,13 @@ def test_value_weight_lands_exactly_on_the_argument_values(micro_policy):
     assert plain.ids == r.ids and set(plain.old_logp) <= {0.0, 1.0}
 
 
-def test_decision_weight_lands_on_the_words_that_name_the_write(micro_policy):
+def test_decision_weight_lands_on_the_words_and_values_a_request_decides(micro_policy):
     env = RetailEnv("eval-world:0", max_steps=60)
     tok = micro_policy.tokenizer
-    for tid, words in (("cancel_000", ["cancel order ", "no longer needed"]),
-                       ("modify_address_000", ["change the shipping address of order "])):
+    # the words naming the write, then every argument value as the request states it (by hand)
+    for tid, words in (("cancel_000", ["cancel order ", "#W5926834", "no longer needed"]),
+                       ("modify_address_000", ["change the shipping address of order ", "#W7795539",
+                                               "505 Hillcrest Road", "Suite 432", "Portland", "OR", "97246", "USA"])):
         r = demonstration(micro_policy, env, tid, 0, 2048, value_weight=3.0, decision_weight=5.0)
         heavy = tok.decode([t for t, w in zip(r.ids, r.old_logp) if w == 5.0])
         assert heavy.replace(" ", "") == "".join(words).replace(" ", ""), (tid, heavy)   # a word's token may carry its space
