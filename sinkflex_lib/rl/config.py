@@ -95,12 +95,14 @@ PROFILES = {
     # oracle's own turns score 1 on every task of the training and held-out worlds
     # (`evaluate.oracle_in_budget_rewards`; its longest turn is 102 tokens, its longest episode
     # 2,590, 9 turns): at the earlier 1,536 tokens and 48 a turn, imitating the oracle scored 0.527
-    # on the 55 validation tasks, 0 on five of the eight write kinds. lr and dynamic sampling from
-    # two calibration arms from the shipped base (README, "Limits"; one thread each side by side):
-    # with 8 groups sampled a step and the first 4 with reward spread trained on, lr 1e-4 lifted
-    # validation 0.182 -> 0.273 (write tasks 0.05 -> 0.15) in 10 steps, while 3e-4 fell to 0.109.
+    # on the 55 validation tasks, 0 on five of the eight write kinds. lr, dynamic sampling and the
+    # KL term from four calibration arms from the shipped base (README, "Limits"): with 8 groups
+    # sampled a step and the first 4 with reward spread trained on, lr 3e-4 fell to 0.109 by step
+    # 10; lr 1e-4 and 5e-5 (beta 0) rose, then fell back by step 30 (0.182, 0.200); lr 1e-4 with
+    # the paper's KL term to the base (beta 0.05) held 0.236 at steps 10, 20 and 30 (write tasks
+    # 0.05 -> 0.10).
     "cpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=30,
-                groups_per_step=4, group_size=8, sample_groups=8, minibatch_size=16, lr=1e-4, max_turns=12,
+                groups_per_step=4, group_size=8, sample_groups=8, minibatch_size=16, lr=1e-4, beta=0.05, max_turns=12,
                 max_tokens=3072, max_new_tokens=128, val_tasks=55, val_every=10, ckpt_every=10),
     # a CUDA box: the same from the shipped base, more groups and steps, all tasks of the held-out world
     "gpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=200, groups_per_step=16,
