@@ -147,6 +147,8 @@ def bench_grpo_step(policy, episodes, roll: dict, group_size: int, minibatch: in
     from ..rl.train import grpo_update
 
     cfg = TrainConfig.from_profile("cpu", group_size=group_size, minibatch_size=minibatch)
+    if cfg.beta > 0:    # the KL term's reference: the weights before the update, as the trainer keeps them
+        policy.freeze_reference()
     episodes = [dataclasses.replace(r, reward=float(i % 2 == 0)) for i, r in enumerate(episodes)]
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr)
     t0 = time.perf_counter()

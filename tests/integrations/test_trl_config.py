@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from sinkflex_lib.integrations.trl import batch_geometry, grpo_config
+from sinkflex_lib.integrations.trl import batch_geometry, grpo_config, trl_profile
 from sinkflex_lib.rl.config import TrainConfig
 
 
 def test_cpu_profile_maps_to_grpo_config(tmp_path):
-    cfg = TrainConfig.from_profile("cpu")          # 4 groups x 8, minibatch 16
+    cfg = trl_profile("cpu")          # 4 groups x 8, minibatch 16
     assert (cfg.groups_per_step, cfg.group_size, cfg.minibatch_size, cfg.ppo_epochs) == (4, 8, 16, 1)
     args = grpo_config(cfg, tmp_path, seed=3)
-    want = dict(loss_type="bnpo", beta=0.0, epsilon=0.2, epsilon_high=0.28, num_generations=8,
+    want = dict(loss_type="bnpo", beta=cfg.beta, epsilon=0.2, epsilon_high=0.28, num_generations=8,
                 scale_rewards="group", num_iterations=1, per_device_train_batch_size=16,
                 gradient_accumulation_steps=1, steps_per_generation=2, generation_batch_size=32,
                 max_steps=2 * cfg.steps, learning_rate=cfg.lr, max_grad_norm=1.0, temperature=1.0,
@@ -32,11 +32,18 @@ def test_cpu_profile_maps_to_grpo_config(tmp_path):
     (dict(beta=0.04, clip_low=0.1, clip_high=0.3), "epsilon_high", 0.3),
 ])
 def test_each_mapped_field(tmp_path, change, field, value):
-    assert getattr(grpo_config(TrainConfig.from_profile("cpu", **change), tmp_path), field) == value
+    assert getattr(grpo_config(trl_profile("cpu", **change), tmp_path), field) == value
+
+
+def test_trl_profile_is_the_profile_without_dynamic_sampling():
+    ours, trl = TrainConfig.from_profile("cpu"), trl_profile("cpu")
+    assert ours.sample_groups == 8 and trl.sample_groups is None
+    assert {**vars(ours), "sample_groups": None} == vars(trl)
+    assert trl_profile("cpu", sample_groups=16).sample_groups == 16    # refused later by grpo_config
 
 
 def test_overrides_and_geometry(tmp_path):
-    cfg = TrainConfig.from_profile("cpu")
+    cfg = trl_profile("cpu")
     assert grpo_config(cfg, tmp_path, loss_type="dapo").loss_type == "dapo"
     assert batch_geometry(cfg, 2) == {"per_device_train_batch_size": 8, "steps_per_generation": 2}
     assert batch_geometry(TrainConfig.from_profile("smoke"), 2) == {"per_device_train_batch_size": 2,
@@ -52,6 +59,6 @@ def test_overrides_and_geometry(tmp_path):
     ({}, 1, dict(no_such_field=1), "unknown GRPOConfig field"),
 ])
 def test_bad_input_names_the_field(tmp_path, cfg_change, processes, overrides, match):
-    cfg = TrainConfig.from_profile("cpu", **cfg_change)
+    cfg = trl_profile("cpu", **cfg_change)
     with pytest.raises(ValueError, match=match):
         grpo_config(cfg, tmp_path, 0, processes, **overrides)

@@ -14,7 +14,7 @@ from sinkflex_lib.envs.reward import gold_actions
 from sinkflex_lib.envs.tools import WRITE_TOOLS
 from sinkflex_lib.envs.schemas import tool_schemas
 from sinkflex_lib.rl.chat import canonical_action
-from sinkflex_lib.rl.rollout import RolloutConfig, collate, rollout_batch, token_logprobs
+from sinkflex_lib.rl.rollout import RolloutConfig, collate, replay_turns, rollout_batch, token_logprobs
 
 oh = pytest.importorskip("openai_harmony")
 from sinkflex_lib.rl import harmony  # noqa: E402
@@ -147,6 +147,9 @@ def test_forced_oracle_tokens_solve_every_real_tau2_task(fmt, monkeypatch):
         rest = iter(gold_writes)
         assert all(w in rest for w in r.writes) and len(r.writes) >= len(gold_writes) - r.tool_errors
         assert [t for t, m in zip(r.ids, r.mask) if m] == script
+        turns = [fmt.completion(canonical_action(a)) for a in oracle_script(task)]
+        replayed = replay_turns(fmt, task_id, turns, cfg)   # the worker's budgets, without a model
+        assert (replayed.ids, replayed.mask, replayed.reward) == (r.ids, r.mask, r.reward), task_id
 
 
 def test_the_hf_tokenizer_encodes_as_openai_harmony(fmt):

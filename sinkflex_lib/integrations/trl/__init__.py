@@ -19,13 +19,13 @@ torchrun process imports it.
 
 from ...models import ensure_registered as _ensure_registered
 from .chat import TOOL_CHAT_TEMPLATE, prepare_tokenizer, response_template
-from .config import LOSS_TYPES, batch_geometry, grpo_config
+from .config import LOSS_TYPES, batch_geometry, grpo_config, trl_profile
 from .environment import RetailToolEnv, make_env_trainer, tool_env_dataset
 from .rollout import DECODE_MODES, RetailRollout, env_reward, play, task_seed, to_trl
 from .trainer import make_trainer, train_trl, warm_start_run
 
 _ensure_registered("sinkflex")      # attention + mask function, under one name, in every importing process
 
-__all__ = ["DECODE_MODES", "LOSS_TYPES", "RetailRollout", "RetailToolEnv", "TOOL_CHAT_TEMPLATE", "batch_geometry",
+__all__ = ["DECODE_MODES", "LOSS_TYPES", "RetailRollout", "RetailToolEnv", "TOOL_CHAT_TEMPLATE", "batch_geometry", "trl_profile",
            "env_reward", "grpo_config", "make_env_trainer", "make_trainer", "play", "prepare_tokenizer",
            "response_template", "task_seed", "to_trl", "tool_env_dataset", "train_trl", "warm_start_run"]

@@ -89,12 +89,12 @@ def main(argv=None) -> int:
     t.add_argument("--threads", type=int_arg(1), default=None, help="torch threads per process")
     args = ap.parse_args(argv)
 
-    from .config import grpo_config
+    from .config import grpo_config, trl_profile
     from .trainer import distributed_state, train_trl
 
     flags = [f"{k}={v}" for k, v in (("steps", args.steps), ("threads", args.threads)) if v is not None]
     try:  # every value is checked before any work
-        cfg = TrainConfig.from_profile(args.profile, **train_config_overrides(args.set + flags))
+        cfg = trl_profile(args.profile, **train_config_overrides(args.set + flags))
     except ValueError as e:
         ap.error(str(e))
     grpo_over = dict(_field(item) for item in args.trl)

@@ -19,6 +19,7 @@
 | `max_turns`, `max_new_tokens`   | (the rollout function)               | `RetailRollout`'s `RolloutConfig` |
 | (no MoE term in our loss)       | `router_aux_loss_coef` = 0           | TRL would add gpt-oss's load-balancing loss (coefficient 0.9) |
 | (KL not weighted by the ratio)  | `use_bias_correction_kl` = False     | TRL 1.16's default True multiplies the k3 term by pi/pi_old |
+| `sample_groups` (dynamic sampling) | (none)                            | refused; `trl_profile` turns it off |
 
 Token-mean in TRL: "bnpo" divides each micro-batch's token sum by its own token count, which is
 our per-minibatch token-mean exactly in one process; with P processes DDP averages the P local
@@ -40,6 +41,13 @@ FIELD_MAP = [("loss_agg_mode", "loss_type"), ("beta", "beta"), ("clip_low", "eps
              ("minibatch_size", "per_device_train_batch_size"), ("steps", "max_steps"),
              ("lr", "learning_rate"), ("grad_clip", "max_grad_norm"), ("temperature", "temperature"),
              ("max_tokens", "max_completion_length")]
+
+def trl_profile(profile: str, **overrides) -> TrainConfig:
+    """Run profile `profile` as TRL's GRPOTrainer can run it: dynamic sampling (`sample_groups`,
+    which GRPOTrainer has no equivalent of) off unless `overrides` set it; every other value the
+    profile's."""
+    return TrainConfig.from_profile(profile, **{"sample_groups": None, **overrides})
+
 
 LOSS_TYPES = {"token-mean": "bnpo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
