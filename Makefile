@@ -2,7 +2,7 @@
 #   make reproduce [PROFILE=smoke|cpu|gpu]   run every notebook with Papermill
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
-#   make pretrain                            regenerate data/checkpoints/base-tiny (two stages, hours on 2 cores; resumable)
+#   make pretrain                            regenerate data/checkpoints/base-tiny (three stages, hours on 2 cores; resumable)
 #   make grpo-seeds [PROFILE=...]            GRPO from the base with seeds 0 1 2, mean and spread (resumable)
 #   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3
@@ -15,7 +15,7 @@ PRETRAIN_DIR ?= $(HOME)/sinkflex_runs/pretrain-base-tiny
 PRETRAIN_THREADS ?= 2
 SEEDS_DIR ?= $(HOME)/sinkflex_runs/grpo-seeds-$(PROFILE)
 
-.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 grpo-seeds lab venv clean-venv
+.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 pretrain-stage3 grpo-seeds lab venv clean-venv
 
 venv: $(STAMP)
 
@@ -33,15 +33,15 @@ test: $(STAMP)
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest tests
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest --nbval-lax notebooks/
 
-# Two stages (pretrain.py's "cpu" and "episodes" profiles), each in a folder outside the repository
-# (rerunning one resumes it exactly where it stopped). Each ships its result as the base (a finished
-# stage that the base already holds is not shipped again); the second starts from whatever base is
-# shipped, the first stage's after `make pretrain-stage1`, so it can run in a later session even if
-# the first's folder is gone.
+# Three stages (pretrain.py's "cpu", "episodes" and "confirm" profiles), each in a folder outside the
+# repository (rerunning one resumes it exactly where it stopped). Each ships its result as the base (a
+# finished stage that the base already holds is not shipped again); each later one starts from
+# whatever base is shipped, so it can run in a later session even if the earlier folders are gone.
 BASE := data/checkpoints/base-tiny
 pretrain: $(STAMP)
 	$(MAKE) pretrain-stage1
 	$(MAKE) pretrain-stage2
+	$(MAKE) pretrain-stage3
 
 pretrain-stage1: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \
@@ -51,6 +51,11 @@ pretrain-stage2: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --profile episodes --seed 1 --init $(BASE) \
 		--out $(PRETRAIN_DIR)-episodes --threads $(PRETRAIN_THREADS) \
 		$(if $(wildcard $(PRETRAIN_DIR)-episodes/checkpoint/state.json),--resume,) --ship $(BASE)
+
+pretrain-stage3: $(STAMP)
+	$(PY) -m sinkflex_lib.rl.pretrain --profile confirm --seed 2 --init $(BASE) \
+		--out $(PRETRAIN_DIR)-confirm --threads $(PRETRAIN_THREADS) \
+		$(if $(wildcard $(PRETRAIN_DIR)-confirm/checkpoint/state.json),--resume,) --ship $(BASE)
 
 # One GRPO run per seed in $(SEEDS_DIR)/seed_<S>, then $(SEEDS_DIR)/seeds.json (sinkflex_lib.rl.seeds).
 grpo-seeds: $(STAMP)

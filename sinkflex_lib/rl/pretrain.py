@@ -128,6 +128,12 @@ PROFILES = {
     # states them (teacher-forced 47% right in that base, against 93% of the calls' copies, which
     # repeat them from the request just before), so a rerun weighs those too.
     "episodes": dict(induction_steps=0, copy_steps=0, steps=2000, lr=7e-4, warmup=50, decision_weight=5.0),
+    # a third stage from the second (``--init`` the shipped base, another ``--seed``): the same
+    # episodes, now with the argument values a confirmation request states among the weighted words,
+    # and cut at 3,072 tokens (at 2,048, 11 of 70 item changes and 21 of 70 exchanges lost their
+    # write); a lower lr, as the base it starts from already acts.
+    "confirm": dict(induction_steps=0, copy_steps=0, steps=1500, lr=4e-4, warmup=50, decision_weight=5.0,
+                    max_tokens=3072),
     # a third stage: digit-only ids (item, product) were never copied after the two stages above
     # (their first token, even with one candidate in the context): flat look-ups form a key -> value
     # circuit, then episodes with look-ups in the worlds' own tool results (README, "Limits").

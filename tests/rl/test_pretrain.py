@@ -152,8 +152,9 @@ def test_resume_takes_fields_added_since_the_run_started_at_their_value_now(tmp_
         pt.pretrain(SMOKE, tmp_path, resume=True, log=lambda m: None)
 
 
-def test_the_second_stage_profile_trains_whole_episodes_from_its_first_step():
-    cfg = pt.PretrainConfig(**pt.PROFILES["episodes"])
+@pytest.mark.parametrize("profile", ["episodes", "confirm"])
+def test_the_later_stage_profiles_train_whole_episodes_from_their_first_step(profile):
+    cfg = pt.PretrainConfig(**pt.PROFILES[profile])
     assert {pt.phase_of(cfg, s) for s in range(cfg.steps)} == {"episodes"}
     assert pt.episodes_before(cfg, 10) == 10 * cfg.batch
     assert pt.lr_at(cfg, cfg.warmup) == pytest.approx(cfg.lr)
