@@ -5,10 +5,10 @@
     python -m sinkflex_lib.reproduce --profile cpu --update-notebooks   # refresh committed outputs
 
 Executed copies go to papermill_runs/<profile>/, with manifest.json: git commit, package
-versions, device, and each notebook's wall time, status, parameters and git state; a partial
-run (`--only`) keeps the earlier entries of the other notebooks (marked "from_earlier_run"). The profile reaches
-each notebook through SINKFLEX_PROFILE, which the first line of its `parameters` cell reads,
-so the executed notebooks carry no injected cell. A failing cell stops the run with an error
+versions, device, and each notebook's wall time, status, parameters, git state and device; a
+partial run (`--only`) keeps the earlier entries of the other notebooks (marked
+"from_earlier_run"). The profile reaches each notebook through SINKFLEX_PROFILE, which the
+first line of its `parameters` cell reads, so the executed notebooks carry no injected cell. A failing cell stops the run with an error
 naming the notebook and the cell, and a non-zero exit. On POSIX the kernels talk over Unix
 sockets in a temporary folder (`ipc_kernel_manager`), not loopback TCP.
 """
@@ -142,7 +142,8 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
     manager = {"kernel_manager_class": ipc_kernel_manager(sockets.name)} if os.name == "posix" else {}
     for i, nb in enumerate(notebooks, 1):
         print(f"[{i}/{len(notebooks)}] {nb.name} (profile {profile}) ...", flush=True)
-        entry = {"notebook": nb.name, "git": manifest["git"], "parameters": notebook_parameters(nb, profile)}
+        entry = {"notebook": nb.name, "git": manifest["git"], "device": manifest["device"],
+                 "parameters": notebook_parameters(nb, profile)}
         start = time.perf_counter()
         try:
             papermill.execute_notebook(str(nb), str(out_dir / nb.name), kernel_name=kernel,
@@ -169,12 +170,14 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
 
 def previous_entries(path: Path, notebooks: list[Path]) -> list[dict]:
     """Entries of an earlier manifest at `path` for notebooks not in `notebooks` (a partial run,
-    `--only`, keeps the record of the others), each with the git state of the run that made it."""
+    `--only`, keeps the record of the others), each with the git state and device of the run
+    that made it."""
     if not path.exists():
         return []
     old = json.loads(path.read_text())
     names = {nb.name for nb in notebooks}
-    return [{**e, "git": e.get("git", old.get("git")), "from_earlier_run": True}
+    return [{**e, "git": e.get("git", old.get("git")), "device": e.get("device", old.get("device")),
+             "from_earlier_run": True}
             for e in old.get("notebooks", []) if e["notebook"] not in names]
 
 

@@ -98,6 +98,13 @@ def decision_spans(message: str, next_action: str) -> list[tuple[str, int, int]]
     return spans
 
 
+def with_next_action(turns: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """(action, observation, next action) for each (action, observation) turn; the next action
+    is "" after the last turn. A confirmation request is paired with the write it is for."""
+    nexts = [a for a, _ in turns[1:]] + [""]
+    return [(a, o, n) for (a, o), n in zip(turns, nexts)]
+
+
 def _value_span(action: dict, key: str) -> tuple[int, int]:
     """Where argument `key`'s value lies in describe_write(action): the description with that
     one value a marker has the same text before and after it. (-1, -1) if it is not there."""

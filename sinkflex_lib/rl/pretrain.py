@@ -55,7 +55,7 @@ import torch
 
 from ..envs import RetailEnv, load_source
 from ..envs.actions import argument_value_spans
-from ..envs.oracle import decision_spans
+from ..envs.oracle import decision_spans, with_next_action
 from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
@@ -292,9 +292,8 @@ def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 20
     for tid in task_ids:
         prompt, turns = oracle_transcript(env, tid)
         ids, targets = tok(prompt, add_special_tokens=False)["input_ids"], []
-        for i, (action, obs) in enumerate(turns):
+        for action, obs, nxt in with_next_action(turns):   # nxt: the action a confirmation is for
             enc = tok(action, add_special_tokens=False, return_offsets_mapping=True)
-            nxt = turns[i + 1][0] if i + 1 < len(turns) else ""      # the action a confirmation is for
             decided = [(_confirmed_kind(k), a, b) for k, a, b in decision_spans(action, nxt)]
             for kind, a, b in _argument_spans(action) + decided:
                 targets.append((kind, [len(ids) + j for j, (s, e) in enumerate(enc["offset_mapping"])

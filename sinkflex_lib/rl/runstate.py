@@ -165,6 +165,12 @@ def curve(rows: list[dict], kind: str, key: str) -> tuple[list[int], list[float]
     return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
 
 
+def column(rows: list[dict], kind: str, key: str) -> list[float]:
+    """Every value of `key` over the metrics rows of `kind`, in order, with no per-step averaging
+    (the warm start's rows all carry step 0)."""
+    return [float(r[key]) for r in rows if r.get("kind") == kind and r.get(key) is not None]
+
+
 def resume_state(out_dir, config: dict, resumable=(), log=print) -> dict:
     """The checkpoint state of run folder `out_dir`, if `config` (the command line's, as the run's
     config row holds it) continues that run: equal to that row but for the fields in `resumable`

@@ -18,7 +18,7 @@ import torch
 
 from ..envs import RetailEnv
 from ..envs.actions import argument_value_spans
-from ..envs.oracle import decision_spans
+from ..envs.oracle import decision_spans, with_next_action
 from .chat import END, TOOL, oracle_transcript
 from .rollout import Rollout, collate, token_logprobs
 
@@ -43,13 +43,12 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
     r = Rollout(task_id, seed)
     for t in (ids[ids.index(end_id) + 1:] if drop_system else ids):
         r.append(t, 1, len(r.ids))
-    for i, (action, obs) in enumerate(turns):
+    for action, obs, nxt in with_next_action(turns):     # nxt: the action a confirmation is for
         a = tok(action, add_special_tokens=False, return_offsets_mapping=True)
         act = a["input_ids"] + [end_id]
         if len(r.ids) + len(act) > max_tokens:
             break
         spans = [(s, e, value_weight) for _, s, e in argument_value_spans(action)] if value_weight != 1.0 else []
-        nxt = turns[i + 1][0] if i + 1 < len(turns) else ""          # the action a confirmation is for
         if decision_weight != 1.0:
             spans += [(s, e, decision_weight) for _, s, e in decision_spans(action, nxt)]
         for t, w in zip(act, span_weights(a["offset_mapping"], spans) + [1.0]):

@@ -4,7 +4,7 @@ import pytest
 
 from sinkflex_lib.envs import WRITE_TOOLS
 from sinkflex_lib.envs.actions import ToolCall, format_call
-from sinkflex_lib.envs.oracle import confirmation_request, decision_spans
+from sinkflex_lib.envs.oracle import confirmation_request, decision_spans, with_next_action
 
 ADDR = dict(address1="1 Elm St", address2="Apt 2", city="Austin", state="TX", country="USA", zip="78701")
 ITEMS = dict(item_ids=["111"], new_item_ids=["222"], payment_method_id="paypal_9")
@@ -59,3 +59,9 @@ def test_a_value_inside_the_words_does_not_cut_them_short():
         spans = {k: message[s:e] for k, s, e in decision_spans(message, format_call(ToolCall(name, args)))}
         assert spans == {"write_choice": "cancel order ", "cancel_reason": args["reason"],
                          "confirmed_order_id": args["order_id"]}
+
+
+def test_each_turn_is_paired_with_the_action_after_it():
+    turns = [("a1", "o1"), ("a2", "o2"), ("a3", "o3")]
+    assert with_next_action(turns) == [("a1", "o1", "a2"), ("a2", "o2", "a3"), ("a3", "o3", "")]
+    assert with_next_action([]) == []
