@@ -51,21 +51,6 @@ def test_partial_run_keeps_the_other_notebooks_entries(tmp_path):
     assert entries["01_a.ipynb"]["device"] == first["device"] == entries["02_b.ipynb"]["device"]
 
 
-def test_the_committed_cpu_run_is_one_clean_run_of_every_notebook():
-    """The committed notebooks are the executed copies of one `reproduce --profile cpu` run on a
-    clean tree at one commit (not a patchwork of partial runs)."""
-    runs = reproduce.RUNS_DIR / "cpu"
-    manifest = json.loads((runs / "manifest.json").read_text())
-    names = [e["notebook"] for e in manifest["notebooks"]]
-    assert names == sorted(nb.name for nb in reproduce.find_notebooks(None, reproduce.NOTEBOOKS_DIR))
-    assert manifest["git"]["commit"] and manifest["git"]["dirty"] is False
-    for e in manifest["notebooks"]:
-        assert e["status"] == "ok" and "from_earlier_run" not in e, e["notebook"]
-        assert e["git"] == manifest["git"] and e["device"] == manifest["device"], e["notebook"]
-        committed = (reproduce.NOTEBOOKS_DIR / e["notebook"]).read_bytes()
-        assert committed == (runs / e["notebook"]).read_bytes(), f"{e['notebook']} differs from the run's copy"
-
-
 def test_failure_names_notebook_and_cell_and_exits_nonzero(tmp_path, capsys):
     nbs = tmp_path / "nbs"
     nbs.mkdir()
