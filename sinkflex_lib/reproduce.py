@@ -7,8 +7,9 @@
 Executed copies go to papermill_runs/<profile>/, with manifest.json: git commit, package
 versions, device, and each notebook's wall time, status, parameters, git state and device; a
 partial run (`--only`) keeps the earlier entries of the other notebooks (marked
-"from_earlier_run"). The profile reaches each notebook through SINKFLEX_PROFILE, which the
-first line of its `parameters` cell reads, so the executed notebooks carry no injected cell. A failing cell stops the run with an error
+"from_earlier_run", each with the git state and device of its own run). The profile reaches each
+notebook through SINKFLEX_PROFILE, which the first line of its `parameters` cell reads, so the
+executed notebooks carry no injected cell. A failing cell stops the run with an error
 naming the notebook and the cell, and a non-zero exit. On POSIX the kernels talk over Unix
 sockets in a temporary folder (`ipc_kernel_manager`), not loopback TCP.
 """
