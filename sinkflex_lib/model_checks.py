@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention.compare import rel_err
 from .models import build_gpt_oss
 
 
@@ -30,12 +31,6 @@ def padded_batch(lengths, total: int, vocab_size: int, side, seed: int = 0):
         ids[i, sl] = torch.randint(1, vocab_size, (n,), generator=g)
         mask[i, sl] = 1
     return ids, mask
-
-
-def _rel(a, b):
-    a, b = a.double(), b.double()
-    scale = b.abs().max().item()
-    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
 
 
 def _run(model, input_ids, attention_mask, with_grad):
@@ -64,13 +59,13 @@ def compare_attention_implementations(impl, reference="eager", *, input_ids, att
     la, loss_a, ga = _run(a, input_ids, attention_mask, with_grad)
     lb, loss_b, gb = _run(b, input_ids, attention_mask, with_grad)
     real = attention_mask.bool()
-    result = dict(logits_rel_err=_rel(la[real], lb[real]), loss_abs_err=(loss_a - loss_b).abs().item(),
+    result = dict(logits_rel_err=rel_err(la[real], lb[real]), loss_abs_err=(loss_a - loss_b).abs().item(),
                   grad_rel_err=float("nan"), worst_param=None, n_params=0)
     if with_grad:
         if set(ga) != set(gb):
             raise RuntimeError(f"the two models have gradients for different parameters: "
                                f"{sorted(set(ga) ^ set(gb))}")
-        errs = {n: _rel(ga[n], gb[n]) for n in gb}
+        errs = {n: rel_err(ga[n], gb[n]) for n in gb}
         worst = max(errs, key=errs.get)
         result.update(grad_rel_err=errs[worst], worst_param=worst, n_params=len(errs))
     return result

@@ -48,6 +48,16 @@ def by_profile(given, choices: dict, profile: str):
     return choices[profile] if given is None else given
 
 
+def use_profile(profile: str) -> str:
+    """Make `profile` this process's run profile (``SINKFLEX_PROFILE``, which `figures_dir` and
+    the notebooks' first lines read), so that ``papermill -p PROFILE smoke`` moves the figures
+    with the sizes; an unknown profile is refused. Returns it."""
+    if profile not in PROFILES:
+        raise ValueError(f"PROFILE must be one of {PROFILES}, got {profile!r}")
+    os.environ["SINKFLEX_PROFILE"] = profile
+    return profile
+
+
 def find_notebooks(only: list[str] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
     """Notebooks in run order; `only` filters by name prefix (e.g. ["01", "03"])."""
     notebooks = sorted(Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb"))

@@ -86,16 +86,25 @@ def test_kernels_talk_over_unix_sockets_not_tcp(tmp_path, capfd):
 def test_papermill_p_profile_reaches_every_size(nb, monkeypatch):
     """`papermill -p PROFILE smoke` injects its cell after the parameters cell: what the profile
     picks must come after it (the `sizes` cell), so the run gets the smoke sizes even where the
-    environment says cpu. Emulated here: parameters (cpu), the injected PROFILE, then the sizes."""
+    environment says cpu, and its figures go to figures/smoke, not over the committed cpu ones.
+    Emulated here: parameters (cpu), the injected PROFILE, then the sizes."""
+    from sinkflex_lib.plotting import figures_dir
+    from sinkflex_lib.paths import FIGURES_DIR
+
     cells = json.loads(nb.read_text())["cells"]
     source = lambda tag: "\n".join("".join(c["source"]) for c in cells if tag in c["metadata"].get("tags", []))  # noqa: E731
     monkeypatch.setenv("SINKFLEX_PROFILE", "cpu")
+    monkeypatch.delenv("SINKFLEX_FIGURES_DIR", raising=False)
     ns: dict = {}
     exec(source("parameters"), ns)
     exec("PROFILE = 'smoke'", ns)
     exec(source("sizes"), ns)
     want = reproduce.notebook_parameters(nb, "smoke")
     assert {k: ns[k] for k in want} == want
+    assert figures_dir() == FIGURES_DIR / "smoke"
+    ns["PROFILE"] = "laptop"
+    with pytest.raises(ValueError, match="PROFILE must be one of"):
+        exec(source("sizes"), ns)
 
 
 def _sizes_names(nb) -> list[str]:

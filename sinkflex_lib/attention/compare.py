@@ -49,6 +49,13 @@ def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return diff / scale if scale > 0 else diff
 
 
+def per_head_rel_err(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """`rel_err` of each head: x, ref (B, H, N, D) -> (H,) float64, max over batch, tokens and
+    features of |x - ref| over the max of |ref| (finite values)."""
+    diff = (x.detach().double() - ref.detach().double()).abs().amax(dim=(0, 2, 3))
+    return diff / ref.detach().double().abs().amax(dim=(0, 2, 3))
+
+
 def make_case_inputs(case: AttentionCase, seed: int = 0):
     """Seeded float64 (q, k, v, sinks, grad_out) for `case`."""
     g = torch.Generator().manual_seed(seed)

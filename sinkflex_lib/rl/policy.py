@@ -189,8 +189,8 @@ def _local(path, attn_implementation, seed, dtype, device, format, effort):
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attn_implementation,
                                                  dtype=dtype).to(device)
-    if len(tok) > model.get_input_embeddings().weight.shape[0]:
-        model.resize_token_embeddings(len(tok))
+    if format != "harmony" and len(tok) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tok))     # the compact format's added role markers
     return model, tok, chat
 
 

@@ -6,8 +6,17 @@ import math
 import pytest
 import torch
 
-from sinkflex_lib.attention.compare import AttentionCase, backend_errors, make_case_inputs, rel_err
+from sinkflex_lib.attention.compare import AttentionCase, backend_errors, make_case_inputs, per_head_rel_err, rel_err
 from tests.attention.reference import reference_attention
+
+
+def test_per_head_rel_err_is_rel_err_of_each_head():
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(2, 3, 5, 4, generator=g, dtype=torch.float64)
+    x = ref + 1e-3 * torch.randn(2, 3, 5, 4, generator=g, dtype=torch.float64) * torch.tensor([1.0, 10.0, 0.0]).view(1, 3, 1, 1)
+    got = per_head_rel_err(x.float(), ref)
+    assert got.shape == (3,) and got.dtype == torch.float64 and got[2] < 1e-7
+    assert torch.allclose(got, torch.tensor([rel_err(x[:, h].float(), ref[:, h]) for h in range(3)], dtype=torch.float64))
 
 
 def test_rel_err():

@@ -185,3 +185,31 @@ def test_a_local_gpt_oss_directory_speaks_harmony_and_the_evaluate_command_runs_
                  "--max-new-tokens", "8", "--max-tokens", "4096", "--json"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["n_tasks"] == 2 and res["mean_at_1"] == 0.0     # random weights: garbage turns
+
+
+@pytest.mark.skipif(not HAVE_TAU2, reason="../shared/tau2/data is absent")
+def test_the_trainer_runs_the_papers_setup_from_a_local_gpt_oss_directory(gpt_oss_dir, tmp_path, monkeypatch):
+    """The gpu profile given a gpt-oss directory (the paper's setup: Harmony, LoRA, bf16, tau2's
+    tasks, no warm start), cut to one GRPO step of one group of two short episodes."""
+    from sinkflex_lib.rl.config import TrainConfig
+    from sinkflex_lib.rl.runstate import read_metrics
+    from sinkflex_lib.rl.train import train
+
+    monkeypatch.setenv("TAU2_DATA_DIR", str(TAU2_DATA))
+    cfg = TrainConfig.from_profile("gpu", policy_dir=str(gpt_oss_dir), steps=1, groups_per_step=1, group_size=2,
+                                   minibatch_size=2, max_turns=2, max_new_tokens=8, val_split=None, val_tasks=2)
+    assert (cfg.chat_format, cfg.lora, cfg.dtype, cfg.source, cfg.bc_episodes) == ("harmony", 32, "bfloat16", "tau2", 0)
+    res = train(cfg, tmp_path, log=lambda m: None)
+    model = res.policy.model
+    assert isinstance(res.policy.chat, harmony.HarmonyFormat)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)                      # peft's adapters only
+    dtypes = {p.dtype for n, p in model.named_parameters() if "lora_" not in n}
+    assert dtypes == {torch.bfloat16} and all(p.dtype == torch.float32 for n, p in model.named_parameters()
+                                              if "lora_" in n)   # peft keeps the adapters in float32
+    assert model.get_input_embeddings().weight.shape[0] == harmony.HARMONY_VOCAB_SIZE   # never resized
+    rows = read_metrics(tmp_path)
+    assert [r["kind"] for r in rows] == ["config", "val", "train", "val"]
+    train_row = rows[2]
+    assert all(t in RetailEnv("tau2").task_ids("train") for t in train_row["tasks"])
+    assert (tmp_path / "checkpoint").is_dir()
