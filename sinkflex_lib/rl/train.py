@@ -21,7 +21,8 @@ beta > 0, else against the sampling policy), entropy, clip_frac_low/high, ratio_
 policy_loss, response_length (sampled tokens per episode), episode_tokens, turns,
 tool_call_rate (tool calls per turn), tool_error_rate (errors per tool call), tokens_per_s,
 rollout_s, update_s, step_s, peak_mem_gb (CPU: process peak RSS; CUDA: max allocated),
-update_groups (groups the update trained on).
+update_groups (groups the update trained on), tasks (the task of each group rolled out) and
+group_rewards (each group's rewards, in the same order).
 
 Checkpoints in DIR/checkpoint/: model.safetensors, optimizer.pt (tensors only, read with
 weights_only=True), state.json (step, RNG states, the running-reward window, config): reading
@@ -318,7 +319,8 @@ def grpo_step(run: _Run, step: int) -> dict:
            **{f"rollout_{k}": rstats[k] for k in ("forward_s", "sample_s", "env_s", "forwards")},
            "tokens_per_s": (rstats["rollout_forward_tokens"] + upd["update_tokens"]) / step_s,
            "peak_mem_gb": peak_memory_gb(run.device), "elapsed_s": time.perf_counter() - run.t_start,
-           "tasks": tids}
+           "tasks": tids, "group_rewards": [[r.reward for r in rollouts[k:k + cfg.group_size]]
+                                            for k in range(0, len(rollouts), cfg.group_size)]}
     row["training_score"] = row["reward_mean"]
     return row
 

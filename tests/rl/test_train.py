@@ -144,6 +144,8 @@ def test_dynamic_sampling_trains_only_on_groups_with_spread(tmp_path, fake_rewar
     for r in rows:
         assert len(r["tasks"]) == 4                    # four groups rolled out
         groups_with_spread = round(4 * (1 - r["zero_spread_frac"]))
+        assert [len(g) for g in r["group_rewards"]] == [cfg.group_size] * 4      # each task's group, in order
+        assert sum(len(set(g)) > 1 for g in r["group_rewards"]) == groups_with_spread
         assert r["update_groups"] == min(1, groups_with_spread)
         assert r["minibatches"] == r["update_groups"]  # one minibatch holds the kept group
 
