@@ -182,12 +182,12 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
 def previous_entries(path: Path, notebooks: list[Path]) -> list[dict]:
     """Entries of an earlier manifest at `path` for notebooks not in `notebooks` (a partial run,
     `--only`, keeps the record of the others), each with the git state and device of the run
-    that made it."""
+    that made it (device None where an old entry did not record it)."""
     if not path.exists():
         return []
     old = json.loads(path.read_text())
     names = {nb.name for nb in notebooks}
-    return [{**e, "git": e.get("git", old.get("git")), "device": e.get("device", old.get("device")),
+    return [{**e, "git": e.get("git", old.get("git")), "device": e.get("device"),   # None: not recorded
              "from_earlier_run": True}
             for e in old.get("notebooks", []) if e["notebook"] not in names]
 

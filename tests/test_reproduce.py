@@ -2,6 +2,7 @@
 
 import ast
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -49,6 +50,16 @@ def test_partial_run_keeps_the_other_notebooks_entries(tmp_path):
     assert entries["01_a.ipynb"]["wall_seconds"] == first["notebooks"][0]["wall_seconds"]
     assert "from_earlier_run" not in entries["02_b.ipynb"] and "commit" in entries["02_b.ipynb"]["git"]
     assert entries["01_a.ipynb"]["device"] == first["device"] == entries["02_b.ipynb"]["device"]
+
+
+def test_an_old_entry_without_a_device_is_not_given_another_runs(tmp_path):
+    old = {"git": {"commit": "abc", "dirty": False}, "device": {"cpu": "the last run's"},
+           "notebooks": [{"notebook": "01_a.ipynb", "status": "ok"}, {"notebook": "02_b.ipynb", "status": "ok",
+                                                                      "device": {"cpu": "its own"}}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(old))
+    kept = reproduce.previous_entries(tmp_path / "manifest.json", [Path("03_c.ipynb")])
+    assert [e["device"] for e in kept] == [None, {"cpu": "its own"}]
+    assert all(e["from_earlier_run"] and e["git"]["commit"] == "abc" for e in kept)
 
 
 def test_failure_names_notebook_and_cell_and_exits_nonzero(tmp_path, capsys):

@@ -17,6 +17,10 @@ def test_per_head_rel_err_is_rel_err_of_each_head():
     got = per_head_rel_err(x.float(), ref)
     assert got.shape == (3,) and got.dtype == torch.float64 and got[2] < 1e-7
     assert torch.allclose(got, torch.tensor([rel_err(x[:, h].float(), ref[:, h]) for h in range(3)], dtype=torch.float64))
+    ref[:, 1] = 0.0                                    # an all-zero head: the absolute error, as rel_err
+    ref[:, 2, 0, 0] = x[:, 2, 0, 0] = float("-inf")    # matching infinities (LSE rows with no key) agree
+    got = per_head_rel_err(x, ref)
+    assert got[1] == x[:, 1].abs().max() and torch.isfinite(got).all() and got[2] < 1e-12
 
 
 def test_rel_err():
