@@ -26,6 +26,7 @@ class TrainConfig:
     user: str = "scripted"             # user simulator: scripted, or llm (an OpenAI-compatible endpoint)
     source: str = "mini"               # training tasks (a source of :mod:`sinkflex_lib.envs.data`)
     train_split: str = "train"
+    train_kinds: list | None = None    # train only on tasks of these kinds (None: all); validation keeps all
     val_source: str = "eval-world:0"   # held-out world: no id of it occurs in any training source
     val_split: str | None = None       # a split of val_source (e.g. tau2's "test"): all its tasks
     # warm start (behaviour cloning on oracle episodes; 0 episodes: none, e.g. from a base policy)

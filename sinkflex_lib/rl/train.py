@@ -49,7 +49,8 @@ import torch
 
 from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
-from .evaluate import all_baselines, balanced_task_ids, summarize
+from ..envs.data import load_source
+from .evaluate import all_baselines, balanced_task_ids, summarize, task_kind
 from ..machine import peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg
 from .policy import build_policy, num_parameters
@@ -82,6 +83,19 @@ def _rollout_metrics(rollouts, group_size: int) -> dict:
                                  / max(1, calls + sum(x.parse_errors for x in rollouts))),
         "truncated_frac": float(np.mean([x.truncated for x in rollouts])),
     }
+
+
+def training_tasks(cfg: TrainConfig) -> list[str]:
+    """The task ids of `train_split` of `source`; only those of `train_kinds` when set (an
+    unknown kind is refused)."""
+    ids = RetailEnv(cfg.source).task_ids(cfg.train_split)
+    if cfg.train_kinds is None:
+        return ids
+    tasks = load_source(cfg.source).tasks
+    unknown = set(cfg.train_kinds) - {task_kind(tasks[t]) for t in ids}
+    if unknown:
+        raise ValueError(f"train_kinds: no task of kind(s) {sorted(unknown)} in {cfg.source!r} {cfg.train_split}")
+    return [t for t in ids if task_kind(tasks[t]) in cfg.train_kinds]
 
 
 def validation_tasks(cfg: TrainConfig) -> list[str]:
@@ -259,7 +273,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, seed: int, device, policy) -> _Run
         raise ValueError(f"the warm start clones compact-format demonstrations; set bc_episodes=0 for "
                          f"a {policy.chat.name} policy")
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
-    return _Run(cfg, out_dir, seed, device, policy, opt, RetailEnv(cfg.source).task_ids(cfg.train_split),
+    return _Run(cfg, out_dir, seed, device, policy, opt, training_tasks(cfg),
                 validation_tasks(cfg), deque(maxlen=cfg.traj_window), time.perf_counter())
 
 

@@ -101,6 +101,18 @@ def test_gpu_profile_runs_the_papers_setup_only_given_a_local_model(tmp_path, mo
         TrainConfig.from_profile("gpu")
 
 
+def test_train_kinds_restricts_the_training_tasks_and_refuses_unknown_kinds():
+    from sinkflex_lib.envs.data import load_source
+
+    tasks = load_source("mini").tasks
+    every = train_mod.training_tasks(TrainConfig.from_profile("smoke"))
+    some = train_mod.training_tasks(TrainConfig.from_profile("smoke", train_kinds=["cancel", "refuse"]))
+    assert some and set(some) < set(every)
+    assert some == [t for t in every if tasks[t]["description"]["purpose"] in ("cancel", "refuse")]
+    with pytest.raises(ValueError, match="train_kinds"):
+        train_mod.training_tasks(TrainConfig.from_profile("smoke", train_kinds=["teleport"]))
+
+
 def test_validation_on_a_split_takes_every_task_of_it():
     cfg = TrainConfig.from_profile("smoke", val_source="mini", val_split="test")
     from sinkflex_lib.envs import RetailEnv
