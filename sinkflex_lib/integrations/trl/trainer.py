@@ -28,12 +28,11 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from ...envs import RetailEnv
 from ...models import ensure_registered
 from ...rl.policy import Policy, build_policy, lora_config
 from ...rl.runstate import append_metrics, read_metrics
 from ...rl.config import TrainConfig
-from ...rl.train import TrainResult, train, validate, validation_tasks
+from ...rl.train import TrainResult, train, training_tasks, validate, validation_tasks
 from .chat import prepare_tokenizer
 from .config import grpo_config
 from .rollout import RetailRollout, env_reward, generation_model, updates_per_step
@@ -202,7 +201,7 @@ def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decod
         policy.model.config._name_or_path = str(out_dir / "reference")
     rollout = RetailRollout(cfg.rollout_config(), policy.tokenizer, seed=seed, decode=decode, chat=policy.chat)
     callback = ScaleOutLog(cfg, seed, rollout, out_dir / "metrics.jsonl", log)
-    dataset = Dataset.from_dict({"prompt": RetailEnv(cfg.source).task_ids(cfg.train_split)})
+    dataset = Dataset.from_dict({"prompt": training_tasks(cfg)})
     trainer = GRPOTrainer(model=policy.model, reward_funcs=env_reward, args=args, train_dataset=dataset,
                           processing_class=processing_class(policy), rollout_func=rollout, callbacks=[callback],
                           peft_config=lora_config(lora_r) if lora_r else None)
