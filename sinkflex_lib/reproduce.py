@@ -43,18 +43,20 @@ def by_profile(given, choices: dict, profile: str):
     parameters cell's None means none was), else what `profile` picks from `choices`."""
     if set(choices) != set(PROFILES):
         raise ValueError(f"choices must name every profile {PROFILES}, got {sorted(choices)}")
-    if profile not in choices:
+    return choices[_known_profile(profile)] if given is None else given
+
+
+def _known_profile(profile: str) -> str:
+    if profile not in PROFILES:
         raise ValueError(f"PROFILE must be one of {PROFILES}, got {profile!r}")
-    return choices[profile] if given is None else given
+    return profile
 
 
 def use_profile(profile: str) -> str:
     """Make `profile` this process's run profile (``SINKFLEX_PROFILE``, which `figures_dir` and
     the notebooks' first lines read), so that ``papermill -p PROFILE smoke`` moves the figures
     with the sizes; an unknown profile is refused. Returns it."""
-    if profile not in PROFILES:
-        raise ValueError(f"PROFILE must be one of {PROFILES}, got {profile!r}")
-    os.environ["SINKFLEX_PROFILE"] = profile
+    os.environ["SINKFLEX_PROFILE"] = _known_profile(profile)
     return profile
 
 

@@ -2,6 +2,7 @@
 
 import ast
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -143,6 +144,14 @@ def test_papermill_p_of_a_size_takes_effect(nb, monkeypatch):
     ns.update(injected)
     exec(source("sizes"), ns)
     assert {n: ns[n] for n in names} == injected
+
+
+def test_use_profile_sets_the_run_profile_and_refuses_an_unknown_one(monkeypatch):
+    monkeypatch.setenv("SINKFLEX_PROFILE", "cpu")
+    assert reproduce.use_profile("smoke") == "smoke" and os.environ["SINKFLEX_PROFILE"] == "smoke"
+    with pytest.raises(ValueError, match="PROFILE must be one of"):
+        reproduce.use_profile("laptop")
+    assert os.environ["SINKFLEX_PROFILE"] == "smoke"
 
 
 def test_by_profile_takes_a_passed_value_else_the_profiles_and_refuses_gaps():

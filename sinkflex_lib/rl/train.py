@@ -138,11 +138,15 @@ def resume_state(out_dir, cfg: TrainConfig, seed: int, log=print) -> dict:
 # -- the loop ------------------------------------------------------------------------------
 
 
+def groups_of(rollouts, group_size: int) -> list[list]:
+    """The rollouts split into their groups, in order (a group: `group_size` episodes of one task)."""
+    return [rollouts[k:k + group_size] for k in range(0, len(rollouts), group_size)]
+
+
 def informative_groups(rollouts, group_size: int, limit: int) -> list:
     """DAPO's dynamic sampling: the rollouts of the first `limit` groups whose rewards are not
     all equal (a zero-spread group has zero advantage everywhere: no policy gradient)."""
-    groups = [rollouts[k:k + group_size] for k in range(0, len(rollouts), group_size)]
-    keep = [g for g in groups if len({r.reward for r in g}) > 1][:limit]
+    keep = [g for g in groups_of(rollouts, group_size) if len({r.reward for r in g}) > 1][:limit]
     return [r for g in keep for r in g]
 
 
@@ -287,6 +291,7 @@ def _begin(run: _Run, log) -> None:
         _warm_start_phase(run.policy, cfg, run.train_ids, run.seed, run.metrics, log)
     if cfg.beta > 0:
         run.policy.freeze_reference()
+        _save_reference(run)
     val = validate(run.policy, cfg, run.val_ids, run.seed)
     base = {f"val_{a}_reward": float(np.mean(list(r.values()))) for a, r in all_baselines(
         run.policy, cfg.val_source, run.val_ids, cfg.rollout_config(cfg.val_temperature)).items()}
@@ -298,10 +303,45 @@ def _begin(run: _Run, log) -> None:
     run.checkpoint(0)
 
 
+REFERENCE_FILE = "reference.safetensors"   # in the checkpoint folder: the KL reference's weights
+
+
+def _save_reference(run: _Run) -> None:
+    """Keep the KL reference (beta > 0, full fine-tuning: the weights after the warm start) beside
+    the checkpoint, so that a resumed run measures KL against the same weights."""
+    if run.policy.reference is not None:
+        from safetensors.torch import save_file
+
+        (run.out_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in run.policy.reference.state_dict().items()},
+                  str(run.out_dir / "checkpoint" / REFERENCE_FILE))
+
+
+def _restore_reference(run: _Run) -> None:
+    """The KL reference of a resumed run (beta > 0): the saved one, else (a run from before it
+    was saved) the weights as built, which is the reference when no warm start ran. Call before
+    the checkpoint's weights are loaded."""
+    if run.cfg.beta <= 0:
+        return
+    run.policy.freeze_reference()                    # LoRA: nothing to keep (the adapter switched off)
+    path = run.out_dir / "checkpoint" / REFERENCE_FILE
+    if run.policy.reference is None:
+        return
+    if path.exists():
+        from safetensors.torch import load_file
+
+        run.policy.reference.load_state_dict(load_file(str(path), device=str(run.policy.device)))
+    elif run.cfg.bc_episodes > 0:
+        raise ResumeError(f"{path} is missing: the KL reference (the weights after the warm start) "
+                          "cannot be restored")
+
+
 def _resume(run: _Run, log) -> int:
     """Load the run's checkpoint (all checks first: ResumeError touches nothing); its step."""
     ckpt = run.out_dir / "checkpoint"
-    state = load_checkpoint(ckpt, run.policy, run.opt, resume_state(run.out_dir, run.cfg, run.seed, log))
+    state = resume_state(run.out_dir, run.cfg, run.seed, log)
+    _restore_reference(run)
+    state = load_checkpoint(ckpt, run.policy, run.opt, state)
     run.window.extend(state["window"])
     rewrite_metrics(run.out_dir, state["step"])
     log(f"resumed from {ckpt} at step {state['step']}")
@@ -333,8 +373,7 @@ def grpo_step(run: _Run, step: int) -> dict:
            **{f"rollout_{k}": rstats[k] for k in ("forward_s", "sample_s", "env_s", "forwards")},
            "tokens_per_s": (rstats["rollout_forward_tokens"] + upd["update_tokens"]) / step_s,
            "peak_mem_gb": peak_memory_gb(run.device), "elapsed_s": time.perf_counter() - run.t_start,
-           "tasks": tids, "group_rewards": [[r.reward for r in rollouts[k:k + cfg.group_size]]
-                                            for k in range(0, len(rollouts), cfg.group_size)]}
+           "tasks": tids, "group_rewards": [[r.reward for r in g] for g in groups_of(rollouts, cfg.group_size)]}
     row["training_score"] = row["reward_mean"]
     return row
 

@@ -57,13 +57,15 @@ def test_smoke_pipeline_logs_the_metrics(tmp_path, fake_rewards):
 TIMING_KEYS = ("tokens_per_s", "rollout_s", "update_s", "step_s", "elapsed_s", "peak_mem_gb", "wall_s")
 
 
-def test_resume_continues_identically(tmp_path, fake_rewards):
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_resume_continues_identically(tmp_path, fake_rewards, beta):
     """Bit-identical on one thread. With several threads CPU reductions are not bit-reproducible
     run to run (two uninterrupted runs differ by ~1e-7 relative too), so exactness is tested
-    where it is defined: threads=1."""
+    where it is defined: threads=1. With beta > 0 the KL reference (the weights after the warm
+    start) must come back too."""
     threads = torch.get_num_threads()
     try:
-        cfg = TrainConfig.from_profile("smoke", **TINY, threads=1)
+        cfg = TrainConfig.from_profile("smoke", **TINY, threads=1, beta=beta)
         straight = train(cfg, tmp_path / "a", seed=3, log=lambda m: None)
         train(cfg, tmp_path / "b", seed=3, log=lambda m: None, stop_after=1)
         resumed = train(cfg, tmp_path / "b", seed=3, log=lambda m: None, resume=True)
@@ -99,6 +101,11 @@ def test_gpu_profile_runs_the_papers_setup_only_given_a_local_model(tmp_path, mo
     monkeypatch.setenv("SINKFLEX_POLICY", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="SINKFLEX_POLICY"):
         TrainConfig.from_profile("gpu")
+
+
+def test_groups_of_splits_rollouts_into_their_groups_in_order():
+    assert train_mod.groups_of(list(range(6)), 2) == [[0, 1], [2, 3], [4, 5]]
+    assert train_mod.groups_of([], 8) == []
 
 
 def test_train_kinds_restricts_the_training_tasks_and_refuses_unknown_kinds():
