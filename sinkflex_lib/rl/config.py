@@ -44,6 +44,7 @@ class TrainConfig:
     ppo_epochs: int = 1
     minibatch_size: int = 16
     lr: float = 5e-4
+    warmup_steps: int = 0              # GRPO steps over which the lr rises linearly to `lr` (0: none)
     grad_clip: float = 1.0
     clip_low: float = 0.2
     clip_high: float = 0.28

@@ -150,6 +150,12 @@ def informative_groups(rollouts, group_size: int, limit: int) -> list:
     return [r for g in keep for r in g]
 
 
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """The learning rate of GRPO step `step` (1-based): `lr` * step / `warmup_steps` during the
+    warmup, then `lr` (Adam's first updates move every weight by about lr whatever its gradient)."""
+    return cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps > 0 else cfg.lr
+
+
 def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generator) -> dict:
     """`ppo_epochs` passes of minibatch updates on one batch of rollouts; averaged metrics."""
     if not rollouts:  # dynamic sampling found no group with reward spread
@@ -364,6 +370,8 @@ def grpo_step(run: _Run, step: int) -> dict:
     run.window.extend(r.reward for r in rollouts)
     batch = informative_groups(rollouts, cfg.group_size, cfg.groups_per_step) if cfg.sample_groups else rollouts
     tu = time.perf_counter()
+    for group in run.opt.param_groups:
+        group["lr"] = lr_at(cfg, step)
     upd = grpo_update(run.policy, run.opt, batch, cfg, rng)
     upd["update_groups"] = len(batch) // cfg.group_size
     update_s, step_s = time.perf_counter() - tu, time.perf_counter() - ts

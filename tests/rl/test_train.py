@@ -217,3 +217,17 @@ def test_summary_of_a_harmony_result_leaves_the_policy_out():
     res = train_mod.TrainResult("out", "cpu", 1.0, 0.0, 0.5, build_policy("micro", format="harmony"))
     assert res.summary() == {"out_dir": "out", "device": "cpu", "seconds": 1.0, "val_start": 0.0, "val_end": 0.5,
                              "processes": 1}
+
+
+def test_the_learning_rate_warms_up_linearly_over_the_first_grpo_steps(tmp_path, fake_rewards, monkeypatch):
+    seen, real = [], train_mod.grpo_update
+
+    def spy(policy, opt, *args, **kwargs):
+        seen.append(opt.param_groups[0]["lr"])
+        return real(policy, opt, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "grpo_update", spy)
+    cfg = TrainConfig.from_profile("smoke", **{**TINY, "steps": 3}, lr=1e-3, warmup_steps=2)
+    train(cfg, tmp_path, seed=0, log=lambda m: None)
+    assert seen == pytest.approx([5e-4, 1e-3, 1e-3])
+    assert train_mod.lr_at(TrainConfig(lr=2e-4, warmup_steps=0), 1) == 2e-4
