@@ -9,8 +9,10 @@ versions, device, and each notebook's wall time, status, parameters, git state a
 partial run (`--only`) keeps the earlier entries of the other notebooks (marked
 "from_earlier_run", each with the git state and device of its own run). The profile reaches each
 notebook through SINKFLEX_PROFILE, which the first line of its `parameters` cell reads, so the
-executed notebooks carry no injected cell. A failing cell stops the run with an error
-naming the notebook and the cell, and a non-zero exit. On POSIX the kernels talk over Unix
+executed notebooks carry no injected cell. A failing cell stops its notebook (the executed copy
+keeps the traceback; `--update-notebooks` leaves that notebook's committed copy alone); the run
+goes on with the next ones (each is independent) and exits non-zero at the end, naming every
+notebook and cell that failed. On POSIX the kernels talk over Unix
 sockets in a temporary folder (`ipc_kernel_manager`), not loopback TCP.
 """
 
@@ -137,7 +139,6 @@ def ipc_kernel_manager(folder) -> type:
 def run(profile: str, only: list[str] | None = None, update_notebooks: bool = False,
         kernel: str = "python3", notebooks_dir: Path = NOTEBOOKS_DIR, runs_dir: Path = RUNS_DIR) -> Path:
     import papermill
-    from papermill.exceptions import PapermillExecutionError
 
     if profile not in PROFILES:
         raise SystemExit(f"--profile must be one of {PROFILES}, got {profile!r}")
@@ -153,32 +154,44 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
     total_start = time.perf_counter()
     sockets = tempfile.TemporaryDirectory(prefix="sinkflex-kernel-")   # removed when the run ends
     manager = {"kernel_manager_class": ipc_kernel_manager(sockets.name)} if os.name == "posix" else {}
+    failed = []
     for i, nb in enumerate(notebooks, 1):
         print(f"[{i}/{len(notebooks)}] {nb.name} (profile {profile}) ...", flush=True)
         entry = {"notebook": nb.name, "git": manifest["git"], "device": manifest["device"],
                  "parameters": notebook_parameters(nb, profile)}
-        start = time.perf_counter()
-        try:
-            papermill.execute_notebook(str(nb), str(out_dir / nb.name), kernel_name=kernel,
-                                       cwd=str(notebooks_dir), progress_bar=False, log_output=False, **manager)
-        except PapermillExecutionError as err:
-            entry.update(status="failed", wall_seconds=round(time.perf_counter() - start, 2),
-                         error=f"cell {err.cell_index} (execution count {err.exec_count}): "
-                               f"{err.ename}: {err.evalue}")
-            manifest["notebooks"].append(entry)
-            _write_manifest(out_dir, manifest, total_start, kept)
-            print(f"FAILED {nb.name}, cell {err.cell_index} (execution count {err.exec_count}): "
-                  f"{err.ename}: {err.evalue}\n  executed copy with the traceback: {out_dir / nb.name}",
-                  file=sys.stderr, flush=True)
-            raise SystemExit(1)
-        entry.update(status="ok", wall_seconds=round(time.perf_counter() - start, 2))
+        entry.update(_execute(papermill, nb, out_dir, kernel, notebooks_dir, manager))
         manifest["notebooks"].append(entry)
+        _write_manifest(out_dir, manifest, total_start, kept)   # after every notebook: nothing lost on a crash
+        if entry["status"] == "failed":
+            failed.append(nb.name)
+            print(f"FAILED {nb.name}, {entry['error']}\n  executed copy with the traceback: {out_dir / nb.name}",
+                  file=sys.stderr, flush=True)
+            continue
         print(f"      done in {entry['wall_seconds']:.1f} s", flush=True)
         if update_notebooks:
             shutil.copyfile(out_dir / nb.name, nb)
     path = _write_manifest(out_dir, manifest, total_start, kept)
+    if failed:
+        print(f"{len(failed)} of {len(notebooks)} notebooks failed ({', '.join(failed)}); the others ran"
+              f"{' and were copied to notebooks/' if update_notebooks else ''}; manifest: {path}",
+              file=sys.stderr, flush=True)
+        raise SystemExit(1)
     print(f"all {len(notebooks)} notebooks ran; manifest: {path}", flush=True)
     return path
+
+
+def _execute(papermill, nb: Path, out_dir: Path, kernel: str, cwd: Path, manager: dict) -> dict:
+    """Run one notebook into out_dir; its status, wall time and, if a cell failed, which and why."""
+    from papermill.exceptions import PapermillExecutionError
+
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(str(nb), str(out_dir / nb.name), kernel_name=kernel, cwd=str(cwd),
+                                   progress_bar=False, log_output=False, **manager)
+    except PapermillExecutionError as err:
+        return {"status": "failed", "wall_seconds": round(time.perf_counter() - start, 2),
+                "error": f"cell {err.cell_index} (execution count {err.exec_count}): {err.ename}: {err.evalue}"}
+    return {"status": "ok", "wall_seconds": round(time.perf_counter() - start, 2)}
 
 
 def previous_entries(path: Path, notebooks: list[Path]) -> list[dict]:
@@ -195,10 +208,11 @@ def previous_entries(path: Path, notebooks: list[Path]) -> list[dict]:
 
 
 def _write_manifest(out_dir: Path, manifest: dict, start: float, kept: list[dict] = ()) -> Path:
-    manifest["total_wall_seconds"] = round(time.perf_counter() - start, 2)
-    manifest["notebooks"] = sorted([*manifest["notebooks"], *kept], key=lambda e: e["notebook"])
+    """Write the manifest of the run so far: its notebooks and the `kept` entries of earlier runs."""
+    record = {**manifest, "total_wall_seconds": round(time.perf_counter() - start, 2),
+              "notebooks": sorted([*manifest["notebooks"], *kept], key=lambda e: e["notebook"])}
     path = out_dir / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
+    path.write_text(json.dumps(record, indent=2, sort_keys=False, default=str) + "\n")
     return path
 
 

@@ -76,6 +76,25 @@ def test_failure_names_notebook_and_cell_and_exits_nonzero(tmp_path, capsys):
     assert manifest["notebooks"][0]["status"] == "failed"
 
 
+def test_a_failed_notebook_does_not_stop_the_others_nor_replace_its_committed_copy(tmp_path, capsys):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    write_notebook(nbs / "01_bad.ipynb", "raise RuntimeError('boom')")
+    write_notebook(nbs / "02_good.ipynb", "print('ran')")
+    committed = {p.name: p.read_bytes() for p in nbs.iterdir()}
+    with pytest.raises(SystemExit) as exc:
+        reproduce.run("smoke", update_notebooks=True, notebooks_dir=nbs, runs_dir=tmp_path / "runs")
+    assert exc.value.code == 1
+    assert "1 of 2 notebooks failed (01_bad.ipynb)" in capsys.readouterr().err
+    manifest = json.loads((tmp_path / "runs" / "smoke" / "manifest.json").read_text())
+    assert [(e["notebook"], e["status"]) for e in manifest["notebooks"]] == [("01_bad.ipynb", "failed"),
+                                                                               ("02_good.ipynb", "ok")]
+    assert (nbs / "01_bad.ipynb").read_bytes() == committed["01_bad.ipynb"]
+    good = nbformat.read(nbs / "02_good.ipynb", as_version=4)
+    assert good.cells[1].outputs[0]["text"] == "ran\n"
+    assert (nbs / "02_good.ipynb").read_bytes() == (tmp_path / "runs" / "smoke" / "02_good.ipynb").read_bytes()
+
+
 def test_bad_profile_and_unknown_notebook_are_refused(tmp_path):
     with pytest.raises(SystemExit, match="--profile must be one of"):
         reproduce.run("laptop", notebooks_dir=tmp_path)
