@@ -65,7 +65,8 @@ def _specs(batch: int) -> list[tuple[str, int]]:
 
 
 # RolloutConfig's speed-only switches
-SPEED_OPTIONS = ("cache_in_place", "drop_pad_slots", "share_prompt_prefix", "lean_forward", "fast_sampling")
+SPEED_OPTIONS = ("cache_in_place", "drop_pad_slots", "share_prompt_prefix", "lean_forward", "fast_sampling",
+                 "overlap_turns")
 UPDATE_LENGTHS = (256, 512, 1024)                      # and the longest episode
 
 

@@ -22,7 +22,11 @@ Speed (`RolloutConfig`'s switches; `python -m sinkflex_lib.bench rl` times each 
 prompts' common prefix (the system text and greeting) is fed once and its cache copied to every
 row (`share_prompt_prefix`; a row's layout is then prefix, pads, the rest of its prompt); a
 gpt-oss policy runs :class:`.lean_forward.LeanGptOss`, the same logits in fewer operations
-(`lean_forward`); tokens are drawn by inverse-CDF sampling (`fast_sampling`, :func:`sample_tokens`).
+(`lean_forward`); tokens are drawn by inverse-CDF sampling (`fast_sampling`, :func:`sample_tokens`);
+rows whose turn ended do not wait for the slowest row: once half the live rows wait, their
+environments step and their observations are fed beside the other rows' next tokens
+(`overlap_turns`; turns end at 5 to 128 tokens, and a turn-synchronous loop sampled ~9 tokens a
+forward out of 32 rows at the `cpu` profile's budgets).
 
 A turn, in the policy's chat format (:mod:`.formats`; shown for the compact one): feed pending
 -> sample tokens until a stop token, <|end|> (or `max_new_tokens`: a forced <|end|> with mask 0
@@ -53,7 +57,8 @@ class RolloutConfig:
     source: str = "mini"
     user: str = "scripted"         # the user simulator (:func:`sinkflex_lib.envs.users.make_user`)
     # speed only (the bench switches each off; greedy tokens stay the same, log-probs within float
-    # rounding; sampled tokens too, but for `fast_sampling`):
+    # rounding; sampled tokens too, but for `fast_sampling` and `overlap_turns`, which hand a seed's
+    # draws out otherwise):
     cache_in_place: bool = True    # KV appends write into spare slots (:mod:`.kv_cache`), no full copy
     drop_pad_slots: bool = True    # at each turn boundary, repack the cache to real tokens
                                    # (only where pads change nothing: `scores_without_pads`)
@@ -62,6 +67,8 @@ class RolloutConfig:
                                        # cache copied to every row
     fast_sampling: bool = True     # inverse-CDF sampling (`sample_tokens`) rather than torch.multinomial:
                                    # the same distribution, other draws for a seed; greedy is unaffected
+    overlap_turns: bool = True     # rows whose turn ended step their environments once half the live rows
+                                   # wait (`turns_to_step`), not when the slowest row ends its turn
 
 
 @dataclass
@@ -225,7 +232,7 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
     """Play one episode per (task_id, seed) in `specs`, all in one batched decode loop, in the
     policy's chat format (`policy.chat`, :mod:`.formats`). A loop iteration: one forward over
     every live row's pending tokens; sample the next token of every row still in its turn;
-    once every live row has ended its turn, step their environments; drop finished rows."""
+    step the environments of the rows whose turn ended (:func:`turns_to_step`); drop finished rows."""
     from .kv_cache import RolloutCache   # imports transformers
     from .lean_forward import LeanGptOss, supports
 
@@ -276,10 +283,11 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
                 if t not in fmt.stop_ids:   # forced close, not sampled
                     r.pending.extend((c, 0, 0.0) for c in fmt.close_ids)
                 generating.discard(b)
-        if generating:
+        ended = turns_to_step(len(live), generating, cfg.overlap_turns)
+        if not ended:
             continue
         te = time.perf_counter()
-        done = [b for b, r in enumerate(live) if _step_env(r, fmt, cfg)]
+        done = [b for b in ended if _step_env(live[b], fmt, cfg)]
         clock["env_s"] += time.perf_counter() - te
         for b in done:   # unfed sampled tokens (the last stop token) still belong to the layout
             r = live[b]
@@ -300,6 +308,16 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
         stats["rollout_forward_tokens"] = n_forward_tokens
         stats.update(clock)   # model forwards (feeding included), sampling, env steps + observation tokens
     return [r.out for r in all_rows]
+
+
+def turns_to_step(n_live: int, generating: set, overlap: bool) -> list[int]:
+    """The rows (indices into the live rows) whose environments step now: those whose turn has
+    ended, once every row's has, or with `overlap` once at least half of them have (the others go on
+    sampling in the same forwards as the stepped rows' observations are fed). [] : keep decoding."""
+    ended = [b for b in range(n_live) if b not in generating]
+    if not generating or (overlap and 2 * len(ended) >= n_live):
+        return ended
+    return []
 
 
 def replay_turns(fmt, task_id: str, turns: list[list[int]], cfg: RolloutConfig | None = None,

@@ -11,18 +11,20 @@ from sinkflex_lib.bench.rl import competing_processes, environment_line, report,
 def test_rows_files_and_report(tmp_path):
     rows = run_rl_bench("micro", batch=2, max_turns=2, max_new_tokens=6, minibatch=1, out=tmp_path, log=lambda m: None)
     whats = [r["what"] for r in rows]
-    options = ["cache_in_place", "drop_pad_slots", "share_prompt_prefix", "lean_forward", "fast_sampling"]
+    options = ["cache_in_place", "drop_pad_slots", "share_prompt_prefix", "lean_forward", "fast_sampling",
+               "overlap_turns"]
     rollouts = ["rollout (ours)"] + [f"rollout, {o} off" for o in options] + [f"rollout, {' and '.join(options)} off"]
-    assert whats[:8] == rollouts + ["generate() (transformers)"]
+    assert whats[:9] == rollouts + ["generate() (transformers)"]
     by = {r["what"]: r for r in rows}
     ours, gen = by["rollout (ours)"], by["generate() (transformers)"]
     assert gen["tokens"] == 2 * 6 and gen["forwards"] == 6      # max_new_tokens for every row
     assert 0 < ours["tokens"] <= 2 * 2 * 6 and ours["forwards"] >= 6
     assert 0 < ours["forward_share"] + ours["sample_share"] + ours["env_share"] <= 1.0
-    # speed options: same episodes; torch.multinomial draws other tokens than inverse-CDF sampling
-    assert all(by[w]["tokens"] == ours["tokens"] for w in rollouts[:-2] if "fast_sampling" not in w)
-    assert by["rollout, fast_sampling off"]["tokens"] == by[rollouts[-1]]["tokens"]
-    updates, shared, step = whats[8:-2], by[whats[-2]], by["GRPO step, full update"]
+    # speed options: same episodes; torch.multinomial draws other tokens than inverse-CDF sampling, and
+    # overlapping turns hands the draws of a seed to the rows in another order
+    same_draws = [w for w in rollouts[1:-1] if "fast_sampling" not in w and "overlap_turns" not in w]
+    assert len(same_draws) == 4 and all(by[w]["tokens"] == ours["tokens"] for w in same_draws)
+    updates, shared, step = whats[9:-2], by[whats[-2]], by["GRPO step, full update"]
     # a full update: every token of the episodes, as the update row at the longest length counts them
     assert whats[-1] == step["what"] and step["update_tokens"] == by[updates[-2]]["tokens"] > 0
     assert shared["what"] == updates[-2] + ", trainer's scoring" and shared["tokens"] == step["update_tokens"]

@@ -7,7 +7,8 @@ from sinkflex_lib.envs.oracle import oracle_script
 from sinkflex_lib.rl.chat import canonical_action
 from sinkflex_lib.rl.policy import Policy
 from sinkflex_lib.rl.rollout import (RolloutConfig, collate, group_specs, previous_real_index, replay_turns,
-                                     rollout_batch, scores_without_pads, token_logprobs, without_pads)
+                                     rollout_batch, scores_without_pads, token_logprobs, turns_to_step,
+                                     without_pads)
 
 from .forced import ForcedTokens
 
@@ -169,7 +170,7 @@ def test_each_speed_option_off_gives_the_same_greedy_episodes():
     specs = group_specs(["cancel_000", "info_000", "return_000"], 2, [5, 6, 7])
     base = dict(max_turns=4, max_tokens=700, max_new_tokens=24, temperature=0.0)
     offs = ({}, {"cache_in_place": False}, {"drop_pad_slots": False}, {"cache_in_place": False, "drop_pad_slots": False},
-            {"lean_forward": False}, {"fast_sampling": False}, {"share_prompt_prefix": False})
+            {"lean_forward": False}, {"fast_sampling": False}, {"overlap_turns": False}, {"share_prompt_prefix": False})
     stats = [{} for _ in offs]
     runs = [rollout_batch(policy, specs, RolloutConfig(**base, **flags), torch.Generator().manual_seed(0), st)
             for flags, st in zip(offs, stats)]
@@ -179,11 +180,19 @@ def test_each_speed_option_off_gives_the_same_greedy_episodes():
     assert any(a.ids != b.ids for a, b in zip(runs[0], runs[-1]))   # the prefix moves the prompt's pads
     for flags, other in zip(offs[1:], runs[1:]):
         for a, b in zip(runs[0], other):
-            if "share_prompt_prefix" in flags:   # the layouts differ where the pads sit, the episodes do not
+            if {"share_prompt_prefix", "overlap_turns"} & set(flags):   # the pads sit elsewhere, the episodes do not
                 a, b = without_pads(a), without_pads(b)
             assert (a.ids, a.attn, a.pos, a.mask, a.actions) == (b.ids, b.attn, b.pos, b.mask, b.actions)
             # float rounding only (sums over other cache lengths): this file's log-prob tolerance
             torch.testing.assert_close(torch.tensor(a.old_logp), torch.tensor(b.old_logp), atol=1e-4, rtol=0)
+
+
+def test_rows_step_their_environments_once_half_wait_or_once_all_do_without_overlap():
+    assert turns_to_step(4, {0, 1, 2}, overlap=True) == []          # one of four waits: decode on
+    assert turns_to_step(4, {0, 2}, overlap=True) == [1, 3]         # half wait: step them
+    assert turns_to_step(4, {0, 2}, overlap=False) == []            # turn-synchronous: wait for all
+    assert turns_to_step(4, set(), overlap=False) == [0, 1, 2, 3]
+    assert turns_to_step(3, {1}, overlap=True) == [0, 2] and turns_to_step(1, set(), overlap=True) == [0]
 
 
 def test_shared_prefix_is_the_prompts_common_start_less_one_token():
