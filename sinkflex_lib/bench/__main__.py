@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--policy", default="tiny", help="a preset (tiny, micro), shipped checkpoint or local directory")
     r.add_argument("--batch", type=int, default=None, help="episodes rolled out together (default: the cpu profile's 32)")
     r.add_argument("--device", choices=DEVICES, default="cpu")
-    for flag in ("max-turns", "max-tokens", "max-new-tokens", "minibatch"):   # defaults: the cpu profile's (bench.rl)
+    for flag in ("max-turns", "max-tokens", "max-new-tokens", "minibatch", "repeats"):   # defaults: bench.rl's
         r.add_argument(f"--{flag}", type=int, default=None)
     r.add_argument("--out", default=None, help="directory for bench_rl.csv and bench_rl.md")
     r.add_argument("--compete", type=int, default=0,
@@ -60,7 +60,8 @@ def rl_main(args) -> int:
 
     try:
         given = {k: v for k, v in dict(batch=args.batch, max_turns=args.max_turns, max_tokens=args.max_tokens,
-                                       max_new_tokens=args.max_new_tokens, minibatch=args.minibatch).items()
+                                       max_new_tokens=args.max_new_tokens, minibatch=args.minibatch,
+                                       repeats=args.repeats).items()
                  if v is not None}
         rows = run_rl_bench(args.policy, device=args.device, out=args.out, compete=args.compete, **given)
     except ValueError as e:

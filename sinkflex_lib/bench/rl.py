@@ -9,7 +9,10 @@ Rows of the table (all on the same policy weights):
   slots a forward attends over, and the share of the rollout time spent in model forwards, in
   sampling and in the environment plus observation tokenization;
 - ``rollout, <option> off``: the same with one speed option of `RolloutConfig` switched off
-  (and with all of them off, the loop as it was before them): what each is worth. Greedy episodes
+  (and with all of them off, the loop as it was before them): what each is worth. The rollouts run
+  in `repeats` rounds over these variants (default 3): each row is its median-time run, with the
+  fastest and slowest (`seconds_min`, `seconds_max`): single runs of a few seconds moved by up to
+  1.5x between two bench runs on this project's shared 2-core machines. Greedy episodes
   would be the same; a sampled one parts where float rounding moves a token's cumulative
   probability across its uniform draw and then goes its own way (the rows' token counts differ by
   up to 1% in the committed run), and with `fast_sampling` off the sampler draws other tokens;
@@ -56,6 +59,7 @@ from ..tables import markdown_table, save_table
 
 CPU_PROFILE = PROFILES["cpu"]      # the sizes the bench defaults to: the cpu profile's
 SOURCE = CPU_PROFILE["source"]
+ROLLOUT_REPEATS = 3                # rounds over the rollout variants; each row is its median-time run
 
 
 def _specs(batch: int) -> list[tuple[str, int]]:
@@ -80,6 +84,28 @@ def bench_rollout(policy, specs, cfg: RolloutConfig, what: str = "rollout (ours)
              "cache_slots": stats["cache_slots"] / stats["forwards"],
              "forward_share": stats["forward_s"] / s, "sample_share": stats["sample_s"] / s,
              "env_share": stats["env_s"] / s}, rows)
+
+
+def bench_rollouts(policy, specs, cfg: RolloutConfig, repeats: int, log=print) -> tuple[list[dict], list]:
+    """The rollout rows: ours, each speed option off, all of them off. `repeats` rounds over them in
+    turn (a slow spell of a shared machine touches every variant alike); each row is its run of
+    median time, with the fastest and slowest beside it. Also the episodes of ours (first round)."""
+    variants = [("rollout (ours)", cfg)] + [
+        (f"rollout, {' and '.join(off)} off", dataclasses.replace(cfg, **{o: False for o in off}))
+        for off in [(o,) for o in SPEED_OPTIONS] + [SPEED_OPTIONS]]
+    runs, episodes = {what: [] for what, _ in variants}, None
+    for k in range(repeats):
+        for what, c in variants:
+            log(f"{what}: {len(specs)} episodes of {SOURCE} (round {k + 1} of {repeats}) ...")
+            row, eps = bench_rollout(policy, specs, c, what)
+            runs[what].append(row)
+            episodes = episodes or eps
+    rows = []
+    for what, _ in variants:
+        timed = sorted(runs[what], key=lambda r: r["seconds"])
+        rows.append({**timed[(len(timed) - 1) // 2], "seconds_min": timed[0]["seconds"],
+                     "seconds_max": timed[-1]["seconds"]})
+    return rows, episodes
 
 
 @torch.no_grad()
@@ -185,29 +211,27 @@ def competing_processes(n: int):
 def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per_step"] * CPU_PROFILE["group_size"],
                  device: str = "cpu", max_turns: int = CPU_PROFILE["max_turns"],
                  max_tokens: int = CPU_PROFILE["max_tokens"], max_new_tokens: int = CPU_PROFILE["max_new_tokens"],
-                 minibatch: int = CPU_PROFILE["minibatch_size"], out=None, log=print, compete: int = 0) -> list[dict]:
+                 minibatch: int = CPU_PROFILE["minibatch_size"], out=None, log=print, compete: int = 0,
+                 repeats: int = ROLLOUT_REPEATS) -> list[dict]:
     """All rows (module docstring), beside `compete` busy processes; writes <out>/bench_rl.csv and .md
     when `out` is given."""
     if batch < 1 or minibatch < 1:
         raise ValueError(f"batch and minibatch must be >= 1, got batch={batch}, minibatch={minibatch}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     with competing_processes(compete):
         return _rl_rows(build_policy(policy_name, device=device), batch, max_turns, max_tokens, max_new_tokens,
-                        minibatch, out, log)
+                        minibatch, out, log, repeats)
 
 
-def _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, out, log) -> list[dict]:
+def _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, out, log, repeats) -> list[dict]:
     """The rows of the module docstring, in its order, on `policy`."""
     cfg = RolloutConfig(max_turns=max_turns, max_tokens=max_tokens, max_new_tokens=max_new_tokens, source=SOURCE)
     specs = _specs(batch)
     log(f"warm-up: {batch} episodes of {SOURCE}, 2 turns (not timed) ...")
     rollout_batch(policy, specs, dataclasses.replace(cfg, max_turns=2))   # the first rollout of a process pays set-up
-    log(f"rollout: {batch} episodes of {SOURCE} ...")
-    roll, episodes = bench_rollout(policy, specs, cfg)
-    rows = [roll]
-    for off in [(o,) for o in SPEED_OPTIONS] + [SPEED_OPTIONS]:
-        what = f"rollout, {' and '.join(off)} off"
-        log(f"{what} ...")
-        rows.append(bench_rollout(policy, specs, dataclasses.replace(cfg, **{o: False for o in off}), what)[0])
+    rows, episodes = bench_rollouts(policy, specs, cfg, repeats, log)
+    roll = rows[0]
     log("generate() from the same prompts ...")
     rows.append(bench_generate(policy, specs, cfg))
     longest = max(r.n_tokens for r in episodes)
@@ -251,7 +275,7 @@ def report(rows: list[dict], device: str, compete: int = 0) -> str:
             plain = by[r["what"].removesuffix(", trainer's scoring")]
             ratios.append(f"{r['what'].split(',')[0]} seconds, sinkflex / sinkflex as the trainer scores: "
                           f"{plain['seconds'] / r['seconds']:.2f}")
-    cols = ["what", "tokens", "seconds", "tokens_per_s", "ms_per_forward", "cache_slots", "forward_share",
+    cols = ["what", "tokens", "seconds", "seconds_min", "seconds_max", "tokens_per_s", "ms_per_forward", "cache_slots", "forward_share",
             "sample_share", "env_share", "update_share"]
     return (markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n"
             + environment_line(device, compete))

@@ -9,7 +9,8 @@ from sinkflex_lib.bench.rl import competing_processes, environment_line, report,
 
 
 def test_rows_files_and_report(tmp_path):
-    rows = run_rl_bench("micro", batch=2, max_turns=2, max_new_tokens=6, minibatch=1, out=tmp_path, log=lambda m: None)
+    rows = run_rl_bench("micro", batch=2, max_turns=2, max_new_tokens=6, minibatch=1, out=tmp_path, log=lambda m: None,
+                        repeats=3)
     whats = [r["what"] for r in rows]
     options = ["cache_in_place", "drop_pad_slots", "share_prompt_prefix", "lean_forward", "fast_sampling",
                "overlap_turns"]
@@ -20,6 +21,9 @@ def test_rows_files_and_report(tmp_path):
     assert gen["tokens"] == 2 * 6 and gen["forwards"] == 6      # max_new_tokens for every row
     assert 0 < ours["tokens"] <= 2 * 2 * 6 and ours["forwards"] >= 6
     assert 0 < ours["forward_share"] + ours["sample_share"] + ours["env_share"] <= 1.0
+    # each rollout row: the median of its 3 timed runs, the fastest and slowest beside it
+    assert all(by[w]["seconds_min"] <= by[w]["seconds"] <= by[w]["seconds_max"] for w in rollouts)
+    assert any(by[w]["seconds_min"] < by[w]["seconds_max"] for w in rollouts)
     # speed options: same episodes; torch.multinomial draws other tokens than inverse-CDF sampling, and
     # overlapping turns hands the draws of a seed to the rows in another order
     same_draws = [w for w in rollouts[1:-1] if "fast_sampling" not in w and "overlap_turns" not in w]
@@ -48,6 +52,8 @@ def test_rows_files_and_report(tmp_path):
 def test_cli_rejects_a_bad_batch(capsys):
     assert main(["rl", "--policy", "micro", "--batch", "0"]) == 2
     assert "batch must be >= 1" in capsys.readouterr().err
+    assert main(["rl", "--policy", "micro", "--repeats", "0"]) == 2
+    assert "repeats must be >= 1" in capsys.readouterr().err
 
 
 def test_competing_processes_run_while_the_block_runs():
