@@ -15,7 +15,8 @@ Rows of the table (all on the same policy weights):
   1.5x between two bench runs on this project's shared 2-core machines. Greedy episodes
   would be the same; a sampled one parts where float rounding moves a token's cumulative
   probability across its uniform draw and then goes its own way (the rows' token counts differ by
-  up to 1% in the committed run), and with `fast_sampling` off the sampler draws other tokens;
+  up to 1% in the committed run), and with `fast_sampling` or `overlap_turns` off a seed's draws
+  go to other tokens or other rows;
 - ``generate() (transformers)``: transformers' `generate()` with its KV cache from the same
   B first prompts (left-padded), `max_new_tokens` new tokens each, no environment: its tokens
   per second and milliseconds per forward (the comparable part of a rollout: decoding);
@@ -275,7 +276,7 @@ def report(rows: list[dict], device: str, compete: int = 0) -> str:
             plain = by[r["what"].removesuffix(", trainer's scoring")]
             ratios.append(f"{r['what'].split(',')[0]} seconds, sinkflex / sinkflex as the trainer scores: "
                           f"{plain['seconds'] / r['seconds']:.2f}")
-    cols = ["what", "tokens", "seconds", "seconds_min", "seconds_max", "tokens_per_s", "ms_per_forward", "cache_slots", "forward_share",
-            "sample_share", "env_share", "update_share"]
+    cols = ["what", "tokens", "seconds", "seconds_min", "seconds_max", "tokens_per_s", "ms_per_forward",
+            "cache_slots", "forward_share", "sample_share", "env_share", "update_share"]
     return (markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n"
             + environment_line(device, compete))
