@@ -25,8 +25,8 @@ gpt-oss policy runs :class:`.lean_forward.LeanGptOss`, the same logits in fewer 
 (`lean_forward`); tokens are drawn by inverse-CDF sampling (`fast_sampling`, :func:`sample_tokens`);
 rows whose turn ended do not wait for the slowest row: once half the live rows wait, their
 environments step and their observations are fed beside the other rows' next tokens
-(`overlap_turns`; turns end at 5 to 128 tokens, and a turn-synchronous loop sampled ~9 tokens a
-forward out of 32 rows at the `cpu` profile's budgets).
+(`overlap_turns`; at the `cpu` profile's budgets the shipped base's turns run 1 to 128 sampled
+tokens, median 13, and a turn-synchronous loop sampled ~9 tokens a forward out of 32 rows).
 
 A turn, in the policy's chat format (:mod:`.formats`; shown for the compact one): feed pending
 -> sample tokens until a stop token, <|end|> (or `max_new_tokens`: a forced <|end|> with mask 0
