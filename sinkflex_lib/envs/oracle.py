@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from .actions import STOP_TOKEN, ToolCall, parse_action
+from .render import item_label
 from .reward import communicate_info, gold_actions
 from .tools import TRANSFER_MESSAGE, WRITE_TOOLS
 
@@ -27,13 +28,19 @@ def tool_call_json(action: dict) -> str:
     return json.dumps({"name": action["name"], "arguments": action.get("arguments") or {}})
 
 
-def _items(ids: list[str]) -> str:
-    return ", ".join(ids) if ids else "(no items)"
+def _items(ids: list[str], products: dict | None, new: bool = False) -> str:
+    """Item ids as a list; each one after its :func:`~.render.item_label` when `products` is given."""
+    label = (lambda i: item_label(products, i, new)) if products else (lambda i: "")  # noqa: E731
+    return ", ".join(label(i) + i for i in ids) if ids else "(no items)"
 
 
-def describe_write(action: dict) -> str:
-    """A plain-language description of a write action, listing every argument."""
+def describe_write(action: dict, products: dict | None = None) -> str:
+    """A plain-language description of a write action, listing every argument. With the
+    database's `products`, each item id follows the words that name the item in a tool result
+    (:mod:`.render`), so stating it continues a copy of those words."""
     n, a = action["name"], action.get("arguments") or {}
+    old = lambda: _items(a.get("item_ids", []), products)  # noqa: E731
+    new = lambda: _items(a.get("new_item_ids", []), products, new=True)  # noqa: E731
     addr = lambda: ", ".join(a.get(k, "") for k in ("address1", "address2", "city", "state",  # noqa: E731
                                                      "zip", "country") if a.get(k))
     if n == "cancel_pending_order":
@@ -43,18 +50,15 @@ def describe_write(action: dict) -> str:
     if n == "modify_pending_order_payment":
         return f"pay order {a.get('order_id')} with {a.get('payment_method_id')} instead"
     if n == "modify_pending_order_items":
-        return (f"modify order {a.get('order_id')}: items {_items(a.get('item_ids', []))} become "
-                f"{_items(a.get('new_item_ids', []))}, price difference settled with "
+        return (f"modify order {a.get('order_id')}: items {old()} become {new()}, price difference settled with "
                 f"{a.get('payment_method_id')}. Please make sure these are all the items you "
                 f"want to modify, as an order can be modified only once")
     if n == "exchange_delivered_order_items":
-        return (f"exchange in order {a.get('order_id')} items {_items(a.get('item_ids', []))} for "
-                f"{_items(a.get('new_item_ids', []))}, price difference settled with "
+        return (f"exchange in order {a.get('order_id')} items {old()} for {new()}, price difference settled with "
                 f"{a.get('payment_method_id')}. Please make sure these are all the items you "
                 f"want to exchange")
     if n == "return_delivered_order_items":
-        return (f"return from order {a.get('order_id')} items {_items(a.get('item_ids', []))}, "
-                f"refund to {a.get('payment_method_id')}")
+        return (f"return from order {a.get('order_id')} items {old()}, refund to {a.get('payment_method_id')}")
     if n == "modify_user_address":
         return f"change the default address of {a.get('user_id')} to {addr()}"
     return f"call {n} with {json.dumps(a)}"
@@ -63,11 +67,11 @@ def describe_write(action: dict) -> str:
 CONFIRM_PREFIX = "Here are the details of the action: I will "
 
 
-def confirmation_request(action: dict) -> str:
-    return f"{CONFIRM_PREFIX}{describe_write(action)}. Do you confirm that I should proceed? Please answer yes or no."
+def confirmation_request(action: dict, products: dict | None = None) -> str:
+    return f"{CONFIRM_PREFIX}{describe_write(action, products)}. Do you confirm that I should proceed? Please answer yes or no."
 
 
-def decision_spans(message: str, next_action: str) -> list[tuple[str, int, int]]:
+def decision_spans(message: str, next_action: str, products: dict | None = None) -> list[tuple[str, int, int]]:
     """What the user's request decides, as (kind, start, end) character spans of `message`,
     if `message` is the confirmation request of the write call `next_action` (else []):
     "write_choice", the words naming the write (from after "I will " to its first argument
@@ -75,24 +79,25 @@ def decision_spans(message: str, next_action: str) -> list[tuple[str, int, int]]
     "cancel_reason", the reason's value. Neither can be copied from a tool result; the call
     after the confirmation only repeats them. Also "confirmed_<argument>", each other argument's
     value where the request states it (an address the user's first message gave, the payment method,
-    the items): the copy a write depends on is made here, not in the call after it."""
+    the items): the copy a write depends on is made here, not in the call after it. `products`:
+    the database's, when the request names items by them (:func:`describe_write`)."""
     call = parse_action(next_action)
     if not isinstance(call, ToolCall) or call.name not in WRITE_TOOLS:
         return []
     action = {"name": call.name, "arguments": call.arguments}
-    if message != confirmation_request(action):
+    if message != confirmation_request(action, products):
         return []
-    text, start = describe_write(action), len(CONFIRM_PREFIX)
+    text, start = describe_write(action, products), len(CONFIRM_PREFIX)
     # the words before the first argument: what the description reads with every value a marker
     probe = describe_write({"name": call.name, "arguments": {
-        k: ["\0"] if isinstance(v, list) else "\0" for k, v in call.arguments.items()}})
+        k: ["\0"] if isinstance(v, list) else "\0" for k, v in call.arguments.items()}}, products)
     first = probe.find("\0")
     spans = [("write_choice", start, start + (first if first >= 0 else len(probe)))]
     reason = call.arguments.get("reason") if call.name == "cancel_pending_order" else None
     if isinstance(reason, str) and text.endswith(f"'{reason}'"):     # the description's last words
         spans.append(("cancel_reason", start + len(text) - len(reason) - 1, start + len(text) - 1))
     for key, value in call.arguments.items():
-        a, b = _value_span(action, key) if value and key != "reason" else (-1, -1)
+        a, b = _value_span(action, key, products) if value and key != "reason" else (-1, -1)
         if a >= 0:
             spans.append((f"confirmed_{key}", start + a, start + b))
     return spans
@@ -105,14 +110,15 @@ def with_next_action(turns: list[tuple[str, str]]) -> list[tuple[str, str, str]]
     return [(a, o, n) for (a, o), n in zip(turns, nexts)]
 
 
-def _value_span(action: dict, key: str) -> tuple[int, int]:
-    """Where argument `key`'s value lies in describe_write(action): the description with that
-    one value a marker has the same text before and after it. (-1, -1) if it is not there."""
+def _value_span(action: dict, key: str, products: dict | None = None) -> tuple[int, int]:
+    """Where argument `key`'s value lies in describe_write(action, products) (an item list with
+    its labels): the description with that one value a marker has the same text before and after
+    it. (-1, -1) if it is not there."""
     value = action["arguments"][key]
     probe = describe_write({**action, "arguments": {**action["arguments"],
-                                                    key: ["\0"] if isinstance(value, list) else "\0"}})
+                                                    key: ["\0"] if isinstance(value, list) else "\0"}}, products)
     a = probe.find("\0")
-    return (a, len(describe_write(action)) - (len(probe) - a - 1)) if a >= 0 else (-1, -1)
+    return (a, len(describe_write(action, products)) - (len(probe) - a - 1)) if a >= 0 else (-1, -1)
 
 
 def report(task: dict, closing: bool = True) -> str:
@@ -131,8 +137,9 @@ def report(task: dict, closing: bool = True) -> str:
     return text
 
 
-def oracle_script(task: dict) -> list[str]:
-    """The oracle's actions for `task`, in order (see module docstring)."""
+def oracle_script(task: dict, products: dict | None = None) -> list[str]:
+    """The oracle's actions for `task`, in order (see module docstring); with the database's
+    `products`, confirmation requests name items as tool results do (:func:`describe_write`)."""
     script = [AUTH_REQUEST]
     for action in gold_actions(task):
         if action["name"] == "transfer_to_human_agents":
@@ -141,7 +148,7 @@ def oracle_script(task: dict) -> list[str]:
             script += [tool_call_json(action), TRANSFER_MESSAGE]
             return script
         if action["name"] in WRITE_TOOLS:
-            script.append(confirmation_request(action))
+            script.append(confirmation_request(action, products))
         script.append(tool_call_json(action))
     script.append(report(task))
     return script

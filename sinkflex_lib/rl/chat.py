@@ -19,8 +19,9 @@ reading them and pays for every prompt token in every forward pass. A gpt-oss re
 policy and the tool schemas in its own format (:mod:`.harmony`).
 
 Tool results. JSON results are shown compactly (no quotes, no spaces after separators):
-`{order_id:#W123,status:pending,...}`. This is the rollout worker's "format observation"
-step; it keeps every field and value and roughly halves the tokens of a tool result.
+`{order_id:#W123,status:pending,...}`, an item's id right after the name or options that name it
+(:mod:`~sinkflex_lib.envs.render`). This is the rollout worker's "format observation" step; it
+keeps every field and value and roughly halves the tokens of a tool result.
 
 Tokenizer. A byte-level BPE (so any text round-trips, no unknown token) with vocabulary
 `VOCAB_SIZE`, trained by `tokenizers` on text the project generates deterministically:
@@ -37,6 +38,7 @@ import re
 from pathlib import Path
 
 from ..envs.actions import ToolCall, format_call, parse_action
+from ..envs.render import compact
 from ..paths import TOKENIZER_DIR
 from .tool_template import TOOL_CHAT_TEMPLATE, response_template
 
@@ -73,7 +75,8 @@ def compact_system_prompt(tools: list[dict]) -> str:
 
 
 def compact_json(text: str) -> str:
-    """A JSON tool result without quotes or separator spaces; other text unchanged."""
+    """A JSON tool result as :func:`~sinkflex_lib.envs.render.compact` text (no quotes or
+    separator spaces, an item's id right after its name or options); other text unchanged."""
     s = text.strip()
     if not s or s[0] not in "{[":
         return text
@@ -81,7 +84,7 @@ def compact_json(text: str) -> str:
         obj = json.loads(s)
     except json.JSONDecodeError:
         return text
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).replace('"', "")
+    return compact(obj)
 
 
 _OBS_LINE = re.compile(r"^(user|tool|error|assistant): ", re.MULTILINE)
@@ -138,10 +141,12 @@ PRETOKEN_PATTERN = (_ID + r"|[A-Z][A-Za-z]*| [a-z]+(?![A-Za-z0-9_#@%$.-]*[0-9_#@
 PIECE_PATTERN = r" ?[A-Za-z_]+|[0-9]{1,2}|[^A-Za-z0-9_]"
 
 
-def oracle_transcript(env, task_id: str, seed: int = 0) -> tuple[str, list[tuple[str, str]]]:
+def oracle_transcript(env, task_id: str, seed: int = 0,
+                      name_items: bool = True) -> tuple[str, list[tuple[str, str]]]:
     """The oracle episode of `task_id` as (prompt, [(action, observation_after), ...]).
 
-    The prompt is the system text, greeting, first user message and <|assistant|>.
+    The prompt is the system text, greeting, first user message and <|assistant|>. name_items:
+    confirmation requests name each item as tool results do (:func:`~sinkflex_lib.envs.oracle.describe_write`).
     """
     from ..envs.oracle import oracle_script
     from .formats import compact_prompt
@@ -149,7 +154,7 @@ def oracle_transcript(env, task_id: str, seed: int = 0) -> tuple[str, list[tuple
     obs, info = env.reset(seed=seed, options={"task_id": task_id})
     prompt = compact_prompt(env, obs, info)
     turns = []
-    for action in oracle_script(info["task"]):
+    for action in oracle_script(info["task"], env.db.products if name_items else None):
         action = canonical_action(action)
         obs, reward, term, trunc, info = env.step(action)
         turns.append((action, render_observation(obs) if not (term or trunc) else ""))
@@ -159,13 +164,16 @@ def oracle_transcript(env, task_id: str, seed: int = 0) -> tuple[str, list[tuple
 
 
 def tokenizer_corpus(source: str = "mini", split: str = "train") -> list[str]:
-    """Deterministic training text for the tokenizer: oracle episodes of `split`."""
+    """Deterministic training text for the tokenizer: oracle episodes of `split`, with
+    confirmation requests that list bare item ids (the text the stored tokenizer was trained on
+    before requests named items: the tokenizer, and the checkpoints trained with it, stay valid;
+    an item's name is the same tokens either way)."""
     from ..envs import RetailEnv
 
     env = RetailEnv(source, max_steps=60)
     texts = []
     for tid in env.task_ids(split):
-        prompt, turns = oracle_transcript(env, tid)
+        prompt, turns = oracle_transcript(env, tid, name_items=False)
         texts.append(prompt + "".join(a + END + o for a, o in turns))
     return texts
 

@@ -79,8 +79,9 @@ def oracle_in_budget_rewards(fmt, source: str, task_ids: list[str], cfg: Rollout
     """Reward per task of the oracle's turns in chat format `fmt` replayed under `cfg`'s
     budgets (:func:`.rollout.replay_turns`)."""
     cfg = RolloutConfig(**{**cfg.__dict__, "source": source})
-    tasks = load_source(source).tasks
-    return {t: replay_turns(fmt, t, [fmt.completion(canonical_action(a)) for a in oracle_script(tasks[t])],
+    data = load_source(source)
+    tasks, products = data.tasks, data.db.tables["products"]
+    return {t: replay_turns(fmt, t, [fmt.completion(canonical_action(a)) for a in oracle_script(tasks[t], products)],
                             cfg).reward for t in task_ids}
 
 
@@ -93,7 +94,8 @@ def all_baselines(policy, source: str, task_ids: list[str], cfg: RolloutConfig) 
 
 def summarize(rewards: dict[str, float], source: str, baselines: dict[str, dict[str, float]]) -> dict:
     """mean@1 overall, on write tasks and per kind, each next to every baseline."""
-    tasks = load_source(source).tasks
+    data = load_source(source)
+    tasks, products = data.tasks, data.db.tables["products"]
 
     def means(scores: dict[str, float], keep) -> float:
         vals = [scores[t] for t in rewards if keep(tasks[t])]

@@ -134,6 +134,13 @@ PROFILES = {
     # write); a lower lr, as the base it starts from already acts.
     "confirm": dict(induction_steps=0, copy_steps=0, steps=1500, lr=4e-4, warmup=50, decision_weight=5.0,
                     max_tokens=3072),
+    # a fourth stage (``--init`` the shipped base, another ``--seed``): the confirm stage's settings
+    # on the rendering where an item's id follows its name or options in tool results and a
+    # confirmation request names each item the same way (:mod:`~sinkflex_lib.envs.render`): the
+    # shipped base stated no item id right in a confirmation (0% teacher-forced; the id sat two
+    # keys after the item's name), now the id continues a copy of the words before it.
+    "names": dict(induction_steps=0, copy_steps=0, steps=1500, lr=4e-4, warmup=50, decision_weight=5.0,
+                  max_tokens=3072),
     # a third stage: digit-only ids (item, product) were never copied after the two stages above
     # (their first token, even with one candidate in the context): flat look-ups form a key -> value
     # circuit, then episodes with look-ups in the worlds' own tool results (README, "Limits").
@@ -294,7 +301,7 @@ def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 20
         ids, targets = tok(prompt, add_special_tokens=False)["input_ids"], []
         for action, obs, nxt in with_next_action(turns):   # nxt: the action a confirmation is for
             enc = tok(action, add_special_tokens=False, return_offsets_mapping=True)
-            decided = [(_confirmed_kind(k), a, b) for k, a, b in decision_spans(action, nxt)]
+            decided = [(_confirmed_kind(k), a, b) for k, a, b in decision_spans(action, nxt, env.db.products)]
             for kind, a, b in _argument_spans(action) + decided:
                 targets.append((kind, [len(ids) + j for j, (s, e) in enumerate(enc["offset_mapping"])
                                        if s < b and e > a]))

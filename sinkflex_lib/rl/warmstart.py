@@ -50,7 +50,7 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
             break
         spans = [(s, e, value_weight) for _, s, e in argument_value_spans(action)] if value_weight != 1.0 else []
         if decision_weight != 1.0:
-            spans += [(s, e, decision_weight) for _, s, e in decision_spans(action, nxt)]
+            spans += [(s, e, decision_weight) for _, s, e in decision_spans(action, nxt, env.db.products)]
         for t, w in zip(act, span_weights(a["offset_mapping"], spans) + [1.0]):
             r.append(t, 1, len(r.ids), mask=1, logp=w)
         in_tool = False
