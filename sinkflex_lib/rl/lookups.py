@@ -12,6 +12,12 @@ teach the look-up (README, "Limits", measured):
   (get_user_details, get_order_details, sometimes get_product_details), then 1-4 user hints, each
   the way the scripted user says it ("the T-Shirt (color white, size L)", "the variant with ...",
   "my visa credit card ending in 7860"), each followed by the real tool call whose value it picks.
+- `item_lookup`: the same tool results, then a hint naming one of the order's items and the
+  confirmation request of a return up to that item; loss on the item as the request states it
+  (its name, ",item_id:", the id: :func:`~sinkflex_lib.envs.render.item_label`), the text right
+  before the id in the order's tool result. Measured from the `names` stage (README, "Limits"):
+  300 steps of these alone (batch 16, lr 1e-3) took the first token of the item ids that real
+  confirmation requests state from 1 to 22 of 37 (whole ids 1 to 11), teacher-forced.
 
 Both return a `Rollout` layout whose `old_logp` carries the loss weights (as
 `warmstart.demonstration`): `weight` on the value tokens, 0 elsewhere; mask 1 on the values.
@@ -22,6 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..envs.db import RetailDB
+from ..envs.oracle import CONFIRM_PREFIX
+from ..envs.render import item_label
 from ..envs.synthetic import item_text, method_text, options_text
 from ..envs.tools import call_tool
 from .chat import ASSISTANT, END, render_message
@@ -85,21 +93,26 @@ def _tool(db, name: str, **args) -> str:
     return render_message("tool", text)
 
 
+def _user_order_item(db, rng, who: str) -> tuple[str, str, dict]:
+    """A random user with an order, one of their orders and one of its items: (user id, order id, item)."""
+    users = db.tables["users"]
+    with_orders = [u for u, rec in users.items() if any(o in db.tables["orders"] for o in rec["orders"])]
+    if not with_orders:
+        raise ValueError(f"{who} needs a user with an order (every user of a generated world has 2-4)")
+    uid = with_orders[int(rng.integers(len(with_orders)))]
+    orders = [o for o in users[uid]["orders"] if o in db.tables["orders"]]
+    oid = orders[int(rng.integers(len(orders)))]
+    items = db.tables["orders"][oid]["items"]
+    return uid, oid, items[int(rng.integers(len(items)))]
+
+
 def world_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int = 1536) -> Rollout:
     """Tool results of a user and one of their orders in `data` (a training world's RetailData),
     then user hints and the calls whose id each hint picks (module docstring)."""
     rng = np.random.default_rng(seed)
     db = data.db
-    users = db.tables["users"]
-    with_orders = [u for u, rec in users.items() if any(o in db.tables["orders"] for o in rec["orders"])]
-    if not with_orders:
-        raise ValueError("world_lookup needs a user with an order (every user of a generated world has 2-4)")
-    uid = with_orders[int(rng.integers(len(with_orders)))]
-    user = users[uid]
-    orders = [o for o in user["orders"] if o in db.tables["orders"]]
-    oid = orders[int(rng.integers(len(orders)))]
-    items = db.tables["orders"][oid]["items"]
-    item = items[int(rng.integers(len(items)))]
+    uid, oid, item = _user_order_item(db, rng, "world_lookup")
+    user = db.tables["users"][uid]
     context = [_tool(db, "get_user_details", user_id=uid), _tool(db, "get_order_details", order_id=oid)]
     said = render_message("user", f"the {item_text(item)}") + ASSISTANT
     queries = [(said + "get_product_details(product_id='", item["product_id"], "')"),
@@ -118,3 +131,16 @@ def world_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: in
     picks = rng.permutation(len(queries))[: int(rng.integers(1, len(queries) + 1))]
     return _layout(tokenizer, "".join(context), [queries[i] for i in picks], weight, max_tokens,
                    "world-lookup", seed)
+
+
+def item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int = 1536) -> Rollout:
+    """Tool results of a user and one of their orders in `data`, a hint naming one of the order's
+    items, then a return's confirmation request that states it (module docstring)."""
+    rng = np.random.default_rng(seed)
+    db = data.db
+    uid, oid, item = _user_order_item(db, rng, "item_lookup")
+    context = _tool(db, "get_user_details", user_id=uid) + _tool(db, "get_order_details", order_id=oid)
+    head = (render_message("user", f"the {item_text(item)}") + ASSISTANT
+            + f"{CONFIRM_PREFIX}return from order {oid} items ")
+    stated = item_label(db.tables["products"], item["item_id"]) + item["item_id"]
+    return _layout(tokenizer, context, [(head, stated, ", refund")], weight, max_tokens, "item-lookup", seed)

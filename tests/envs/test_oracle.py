@@ -3,7 +3,7 @@
 import pytest
 
 from sinkflex_lib.envs import WRITE_TOOLS
-from sinkflex_lib.envs.actions import ToolCall, format_call
+from sinkflex_lib.envs.actions import ToolCall, format_call, parse_action
 from sinkflex_lib.envs.oracle import confirmation_request, decision_spans, with_next_action
 
 ADDR = dict(address1="1 Elm St", address2="Apt 2", city="Austin", state="TX", country="USA", zip="78701")
@@ -65,3 +65,31 @@ def test_each_turn_is_paired_with_the_action_after_it():
     turns = [("a1", "o1"), ("a2", "o2"), ("a3", "o3")]
     assert with_next_action(turns) == [("a1", "o1", "a2"), ("a2", "o2", "a3"), ("a3", "o3", "")]
     assert with_next_action([]) == []
+
+
+ITEM_WRITES = ("return_delivered_order_items", "exchange_delivered_order_items", "modify_pending_order_items")
+
+
+def test_with_products_a_request_states_each_item_as_a_tool_result_showed_it():
+    """Every item a confirmation request lists ("<name or options>,item_id:<id>") is text an
+    earlier tool result of the same oracle episode contains verbatim: stating it is a copy."""
+    from sinkflex_lib.envs import RetailEnv
+    from sinkflex_lib.rl.chat import oracle_transcript
+
+    env, checked = RetailEnv("eval-world:0", max_steps=60), 0
+    for tid in [f"{kind}_{i:03d}" for kind in ("return", "exchange", "modify_items") for i in range(4)]:
+        prompt, turns = oracle_transcript(env, tid)
+        seen = prompt
+        for action, obs, nxt in with_next_action(turns):
+            call = parse_action(nxt) if nxt else None
+            if action.startswith("Here are the details") and call.name in ITEM_WRITES:
+                spans = {k: action[s:e] for k, s, e in decision_spans(action, nxt, env.db.products)}
+                for key in ("item_ids", "new_item_ids"):
+                    ids = call.arguments.get(key, [])
+                    items = spans[f"confirmed_{key}"].split(", ") if ids else []
+                    assert len(items) == len(ids)
+                    for text, item_id in zip(items, ids):
+                        assert text.endswith(",item_id:" + item_id) and text in seen, (tid, text)
+                        checked += 1
+            seen += action + obs
+    assert checked >= 20

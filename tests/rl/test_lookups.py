@@ -6,7 +6,7 @@ import re
 import pytest
 
 from sinkflex_lib.envs.data import load_source
-from sinkflex_lib.rl.lookups import LOOKUP_KEYS, flat_lookup, world_lookup
+from sinkflex_lib.rl.lookups import LOOKUP_KEYS, flat_lookup, item_lookup, world_lookup
 from sinkflex_lib.rl.pretrain import train_world
 
 
@@ -75,3 +75,19 @@ def test_world_lookup_refuses_a_world_without_orders(micro_policy):
     db = SimpleNamespace(tables={"users": {"u": {"orders": [], "payment_methods": {}}}, "orders": {}, "products": {}})
     with pytest.raises(ValueError, match="needs a user with an order"):
         world_lookup(micro_policy.tokenizer, SimpleNamespace(db=db), 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_item_lookup_states_the_named_item_as_the_order_details_show_it(micro_policy, seed):
+    tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
+    r = item_lookup(tok, data, seed, weight=3.0)
+    [(before, value)] = _spans(tok, r)
+    said = re.findall(r"<\|user\|>(.*?)<\|end\|>", before)[-1]
+    oid = re.search(r"return from order (#W\d+) items $", before).group(1)
+    named = [i for i in data.db.tables["orders"][oid]["items"]
+             if said == f"the {i['name']} ({', '.join(f'{k} {v}' for k, v in i['options'].items())})"]
+    assert value in {f"{i['name']},item_id:{i['item_id']}" for i in named}
+    details = re.findall(r"<\|tool\|>(\{order_id:.*?)<\|end\|>", before)[-1]
+    assert "name:" + value in details                     # the order's tool result holds it verbatim
+    assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "item-lookup"
+    assert item_lookup(tok, data, seed, weight=3.0).ids == r.ids

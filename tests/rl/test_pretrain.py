@@ -1,5 +1,6 @@
 """Pretraining: the episode stream, loss weights, copy accuracy, exact resume, base selection."""
 
+import dataclasses
 import json
 
 import pytest
@@ -268,3 +269,7 @@ def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro
     again = pt.EpisodeStream(micro_policy, small, 0).mixed_lookups(s + 1)    # a function of (seed, step)
     assert [r.ids for r in later] == [r.ids for r in again]
     assert pt.EpisodeStream(micro_policy, small, 1).mixed_lookups(s + 1)[0].ids != later[0].ids
+    items = dataclasses.replace(small, item_lookup_mix=2)
+    both = pt.EpisodeStream(micro_policy, items, 0).mixed_lookups(s + 1)
+    assert [r.task_id for r in both] == ["world-lookup"] * small.lookup_mix + ["item-lookup"] * 2
+    assert [r.ids for r in both[:small.lookup_mix]] == [r.ids for r in later]   # the world look-ups unchanged
