@@ -2,7 +2,7 @@
 #   make reproduce [PROFILE=smoke|cpu|gpu]   run every notebook with Papermill
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
-#   make pretrain                            regenerate data/checkpoints/base-tiny (three stages, hours on 2 cores; resumable)
+#   make pretrain                            regenerate data/checkpoints/base-tiny (five stages, hours on 2 cores; resumable)
 #   make grpo-seeds [PROFILE=...]            GRPO from the base with seeds 0 1 2, mean and spread (resumable)
 #   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3
@@ -15,7 +15,7 @@ PRETRAIN_DIR ?= $(HOME)/sinkflex_runs/pretrain-base-tiny
 PRETRAIN_THREADS ?= 2
 SEEDS_DIR ?= $(HOME)/sinkflex_runs/grpo-seeds-$(PROFILE)
 
-.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 pretrain-stage3 grpo-seeds lab venv clean-venv
+.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 pretrain-stage3 pretrain-stage4 pretrain-stage5 grpo-seeds lab venv clean-venv
 
 venv: $(STAMP)
 
@@ -33,7 +33,7 @@ test: $(STAMP)
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest tests
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest --nbval-lax notebooks/
 
-# Three stages (pretrain.py's "cpu", "episodes" and "confirm" profiles), each in a folder outside the
+# Five stages (pretrain.py's "cpu", "episodes", "confirm", "names" and "items" profiles), each in a folder outside the
 # repository (rerunning one resumes it exactly where it stopped). Each ships its result as the base (a
 # finished stage that the base already holds is not shipped again); each later one starts from
 # whatever base is shipped, so it can run in a later session even if the earlier folders are gone.
@@ -42,6 +42,8 @@ pretrain: $(STAMP)
 	$(MAKE) pretrain-stage1
 	$(MAKE) pretrain-stage2
 	$(MAKE) pretrain-stage3
+	$(MAKE) pretrain-stage4
+	$(MAKE) pretrain-stage5
 
 pretrain-stage1: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \
@@ -56,6 +58,16 @@ pretrain-stage3: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --profile confirm --seed 2 --init $(BASE) \
 		--out $(PRETRAIN_DIR)-confirm --threads $(PRETRAIN_THREADS) \
 		$(if $(wildcard $(PRETRAIN_DIR)-confirm/checkpoint/state.json),--resume,) --ship $(BASE)
+
+pretrain-stage4: $(STAMP)
+	$(PY) -m sinkflex_lib.rl.pretrain --profile names --seed 3 --init $(BASE) \
+		--out $(PRETRAIN_DIR)-names --threads $(PRETRAIN_THREADS) \
+		$(if $(wildcard $(PRETRAIN_DIR)-names/checkpoint/state.json),--resume,) --ship $(BASE)
+
+pretrain-stage5: $(STAMP)
+	$(PY) -m sinkflex_lib.rl.pretrain --profile items --seed 4 --init $(BASE) \
+		--out $(PRETRAIN_DIR)-items --threads $(PRETRAIN_THREADS) \
+		$(if $(wildcard $(PRETRAIN_DIR)-items/checkpoint/state.json),--resume,) --ship $(BASE)
 
 # One GRPO run per seed in $(SEEDS_DIR)/seed_<S>, then $(SEEDS_DIR)/seeds.json (sinkflex_lib.rl.seeds).
 grpo-seeds: $(STAMP)

@@ -153,7 +153,7 @@ def test_resume_takes_fields_added_since_the_run_started_at_their_value_now(tmp_
         pt.pretrain(SMOKE, tmp_path, resume=True, log=lambda m: None)
 
 
-@pytest.mark.parametrize("profile", ["episodes", "confirm"])
+@pytest.mark.parametrize("profile", ["episodes", "confirm", "names", "items"])
 def test_the_later_stage_profiles_train_whole_episodes_from_their_first_step(profile):
     cfg = pt.PretrainConfig(**pt.PROFILES[profile])
     assert {pt.phase_of(cfg, s) for s in range(cfg.steps)} == {"episodes"}
