@@ -3,7 +3,8 @@
 Script (one environment step per line):
 1. ask the user to authenticate (email, or first name + last name + zip);
 2. replay the gold actions in order (look-ups included); before each write, list its
-   details and ask for an explicit yes;
+   details and ask for an explicit yes (given the database's products, items are stated as tool
+   results show them, "Coffee Maker,item_id:3149864224": :func:`describe_write`);
 3. report: every ``communicate_info`` string verbatim, then "Is there anything else ...?"
    (for a transfer: the report, the transfer call, then tau2's transfer sentence).
 It reads the gold actions, so it is an upper bound for demonstrations and tests, not a
@@ -68,7 +69,8 @@ CONFIRM_PREFIX = "Here are the details of the action: I will "
 
 
 def confirmation_request(action: dict, products: dict | None = None) -> str:
-    return f"{CONFIRM_PREFIX}{describe_write(action, products)}. Do you confirm that I should proceed? Please answer yes or no."
+    return (f"{CONFIRM_PREFIX}{describe_write(action, products)}. Do you confirm that I should proceed? "
+            "Please answer yes or no.")
 
 
 def decision_spans(message: str, next_action: str, products: dict | None = None) -> list[tuple[str, int, int]]:

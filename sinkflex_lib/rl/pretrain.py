@@ -14,7 +14,8 @@ random token string, a gap, then the same string again; loss on the repeat,
 :meth:`EpisodeStream.induction`): matching content, not a fixed offset, is what copies an id. Then
 `lookup_steps` of flat key -> value look-ups (:mod:`.lookups`: a digit-only id is found by its key,
 not by the token before it); after them every step may add `lookup_mix` look-ups in the current
-training world's own tool results (a third forward). Then `copy_steps` of a copy curriculum: the
+training world's own tool results and `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
+an item stated as a confirmation request states it), in a third forward. Then `copy_steps` of a copy curriculum: the
 episodes without the system message, cut at `copy_max_tokens` (the first look-ups and calls,
 where most ids are copied: many copies per token of compute). Then whole episodes (cut at the
 last agent turn that fits `max_tokens`). After the induction phase every step may add
@@ -82,7 +83,7 @@ class PretrainConfig:
     lookup_steps: int = 0            # phase 1b: flat key -> value look-ups (:func:`.lookups.flat_lookup`)
     lookup_batch: int = 32
     lookup_mix: int = 0              # look-ups in training-world tool results added to every later step
-    item_lookup_mix: int = 0         # item look-ups as a confirmation request states them (:func:`.lookups.item_lookup`), same
+    item_lookup_mix: int = 0         # item look-ups as a request states them (:func:`.lookups.item_lookup`), same
     copy_steps: int = 2000           # phase 2: short episodes without the system message
     copy_batch: int = 24
     copy_max_tokens: int = 256
