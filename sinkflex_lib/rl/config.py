@@ -95,8 +95,8 @@ PROFILES = {
     # (data/checkpoints/base-tiny, :mod:`.pretrain`) on a training world, validated greedily on
     # 55 tasks (5 per kind) of the held-out world. The budgets are round numbers under which the
     # oracle's own turns score 1 on every task of the training and held-out worlds
-    # (`evaluate.oracle_in_budget_rewards`; its longest turn is 102 tokens, its longest episode
-    # 2,590, 9 turns): at the earlier 1,536 tokens and 48 a turn, imitating the oracle scored 0.527
+    # (`evaluate.oracle_in_budget_rewards`; its longest turn is 151 tokens, cut at 128 in 53 of 4,592
+    # turns and still confirmed, its longest episode 2,727): at the earlier 1,536 tokens and 48 a turn, imitating the oracle scored 0.527
     # on the 55 validation tasks, 0 on five of the eight write kinds. lr, dynamic sampling and the
     # KL term from four calibration arms from the stage-2 base shipped then (README, "Limits"): with 8 groups
     # sampled a step and the first 4 with reward spread trained on, lr 3e-4 fell to 0.109 by step
