@@ -49,25 +49,22 @@ pretrain-stage1: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \
 		$(if $(wildcard $(PRETRAIN_DIR)/checkpoint/state.json),--resume,) --ship $(BASE)
 
+# A later stage: profile $(1), seed $(2), from the shipped base, in $(PRETRAIN_DIR)-$(1).
+later_stage = $(PY) -m sinkflex_lib.rl.pretrain --profile $(1) --seed $(2) --init $(BASE) \
+	--out $(PRETRAIN_DIR)-$(1) --threads $(PRETRAIN_THREADS) \
+	$(if $(wildcard $(PRETRAIN_DIR)-$(1)/checkpoint/state.json),--resume,) --ship $(BASE)
+
 pretrain-stage2: $(STAMP)
-	$(PY) -m sinkflex_lib.rl.pretrain --profile episodes --seed 1 --init $(BASE) \
-		--out $(PRETRAIN_DIR)-episodes --threads $(PRETRAIN_THREADS) \
-		$(if $(wildcard $(PRETRAIN_DIR)-episodes/checkpoint/state.json),--resume,) --ship $(BASE)
+	$(call later_stage,episodes,1)
 
 pretrain-stage3: $(STAMP)
-	$(PY) -m sinkflex_lib.rl.pretrain --profile confirm --seed 2 --init $(BASE) \
-		--out $(PRETRAIN_DIR)-confirm --threads $(PRETRAIN_THREADS) \
-		$(if $(wildcard $(PRETRAIN_DIR)-confirm/checkpoint/state.json),--resume,) --ship $(BASE)
+	$(call later_stage,confirm,2)
 
 pretrain-stage4: $(STAMP)
-	$(PY) -m sinkflex_lib.rl.pretrain --profile names --seed 3 --init $(BASE) \
-		--out $(PRETRAIN_DIR)-names --threads $(PRETRAIN_THREADS) \
-		$(if $(wildcard $(PRETRAIN_DIR)-names/checkpoint/state.json),--resume,) --ship $(BASE)
+	$(call later_stage,names,3)
 
 pretrain-stage5: $(STAMP)
-	$(PY) -m sinkflex_lib.rl.pretrain --profile items --seed 4 --init $(BASE) \
-		--out $(PRETRAIN_DIR)-items --threads $(PRETRAIN_THREADS) \
-		$(if $(wildcard $(PRETRAIN_DIR)-items/checkpoint/state.json),--resume,) --ship $(BASE)
+	$(call later_stage,items,4)
 
 # One GRPO run per seed in $(SEEDS_DIR)/seed_<S>, then $(SEEDS_DIR)/seeds.json (sinkflex_lib.rl.seeds).
 grpo-seeds: $(STAMP)

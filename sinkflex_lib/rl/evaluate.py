@@ -94,8 +94,7 @@ def all_baselines(policy, source: str, task_ids: list[str], cfg: RolloutConfig) 
 
 def summarize(rewards: dict[str, float], source: str, baselines: dict[str, dict[str, float]]) -> dict:
     """mean@1 overall, on write tasks and per kind, each next to every baseline."""
-    data = load_source(source)
-    tasks, products = data.tasks, data.db.tables["products"]
+    tasks = load_source(source).tasks
 
     def means(scores: dict[str, float], keep) -> float:
         vals = [scores[t] for t in rewards if keep(tasks[t])]

@@ -19,7 +19,7 @@ teach the look-up (README, "Limits", measured):
   300 steps of these alone (batch 16, lr 1e-3) took the first token of the item ids that real
   confirmation requests state from 1 to 22 of 37 (whole ids 1 to 11), teacher-forced.
 
-Both return a `Rollout` layout whose `old_logp` carries the loss weights (as
+Each returns a `Rollout` layout whose `old_logp` carries the loss weights (as
 `warmstart.demonstration`): `weight` on the value tokens, 0 elsewhere; mask 1 on the values.
 """
 

@@ -25,6 +25,11 @@ def _spans(tok, r):
     return out
 
 
+def _hint(item) -> str:
+    """How the scripted user names an ordered item, written out by hand."""
+    return f"the {item['name']} ({', '.join(f'{k} {v}' for k, v in item['options'].items())})"
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_flat_lookup_weights_the_value_of_the_key_each_call_names(micro_policy, seed):
     tok = micro_policy.tokenizer
@@ -51,7 +56,7 @@ def test_world_lookup_picks_the_id_the_users_words_name(micro_policy, seed):
         call = before.rsplit("<|assistant|>", 1)[1]
         oid = re.search(r"order_id='(#W\d+)'", call)
         items = orders[oid.group(1)]["items"] if oid else [i for o in orders.values() for i in o["items"]]
-        named = [i for i in items if said == f"the {i['name']} ({', '.join(f'{k} {v}' for k, v in i['options'].items())})"]
+        named = [i for i in items if said == _hint(i)]
         if call.startswith("get_product_details"):
             assert value in {i["product_id"] for i in named}
         elif "new_item_ids" in call:
@@ -85,7 +90,7 @@ def test_item_lookup_states_the_named_item_as_the_order_details_show_it(micro_po
     said = re.findall(r"<\|user\|>(.*?)<\|end\|>", before)[-1]
     oid = re.search(r"return from order (#W\d+) items $", before).group(1)
     named = [i for i in data.db.tables["orders"][oid]["items"]
-             if said == f"the {i['name']} ({', '.join(f'{k} {v}' for k, v in i['options'].items())})"]
+             if said == _hint(i)]
     assert value in {f"{i['name']},item_id:{i['item_id']}" for i in named}
     details = re.findall(r"<\|tool\|>(\{order_id:.*?)<\|end\|>", before)[-1]
     assert "name:" + value in details                     # the order's tool result holds it verbatim
