@@ -15,7 +15,7 @@ PRETRAIN_DIR ?= $(HOME)/sinkflex_runs/pretrain-base-tiny
 PRETRAIN_THREADS ?= 2
 SEEDS_DIR ?= $(HOME)/sinkflex_runs/grpo-seeds-$(PROFILE)
 
-.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 pretrain-stage3 pretrain-stage4 pretrain-stage5 grpo-seeds lab venv clean-venv
+.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 pretrain-stage3 pretrain-stage4 pretrain-stage5 pretrain-stage6 grpo-seeds lab venv clean-venv
 
 venv: $(STAMP)
 
@@ -65,6 +65,9 @@ pretrain-stage4: $(STAMP)
 
 pretrain-stage5: $(STAMP)
 	$(call later_stage,items,4)
+
+pretrain-stage6: $(STAMP)
+	$(call later_stage,variants,5)
 
 # One GRPO run per seed in $(SEEDS_DIR)/seed_<S>, then $(SEEDS_DIR)/seeds.json (sinkflex_lib.rl.seeds).
 grpo-seeds: $(STAMP)

@@ -140,8 +140,10 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
         kernel: str = "python3", notebooks_dir: Path = NOTEBOOKS_DIR, runs_dir: Path = RUNS_DIR) -> Path:
     import papermill
 
-    if profile not in PROFILES:
-        raise SystemExit(f"--profile must be one of {PROFILES}, got {profile!r}")
+    try:
+        use_profile(profile)
+    except ValueError as err:
+        raise SystemExit(f"--profile: {err}") from None
     notebooks = find_notebooks(only, notebooks_dir)
     if not notebooks:
         raise SystemExit(f"no notebooks found in {notebooks_dir}")
@@ -150,7 +152,6 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
     manifest = {"profile": profile, "git": git_commit(), "packages": package_versions(),
                 "device": device_description(), "notebooks": []}
     kept = previous_entries(out_dir / "manifest.json", notebooks) if only else []
-    os.environ["SINKFLEX_PROFILE"] = profile
     total_start = time.perf_counter()
     sockets = tempfile.TemporaryDirectory(prefix="sinkflex-kernel-")   # removed when the run ends
     manager = {"kernel_manager_class": ipc_kernel_manager(sockets.name)} if os.name == "posix" else {}

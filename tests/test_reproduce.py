@@ -96,7 +96,7 @@ def test_a_failed_notebook_does_not_stop_the_others_nor_replace_its_committed_co
 
 
 def test_bad_profile_and_unknown_notebook_are_refused(tmp_path):
-    with pytest.raises(SystemExit, match="--profile must be one of"):
+    with pytest.raises(SystemExit, match="--profile: PROFILE must be one of"):
         reproduce.run("laptop", notebooks_dir=tmp_path)
     with pytest.raises(SystemExit, match="--only"):
         reproduce.find_notebooks(["99"], notebooks_dir=tmp_path)

@@ -67,9 +67,14 @@ class TrainConfig:
     @classmethod
     def from_profile(cls, profile: str, policy_dir: str | None = None, **overrides) -> "TrainConfig":
         """The profile's config. On the gpu profile a local model directory, `policy_dir` (default
-        ``$SINKFLEX_POLICY``; "" for none), switches to the paper's setup (`paper_setup`)."""
+        ``$SINKFLEX_POLICY``; "" for none), switches to the paper's setup (`paper_setup`).
+        ``steps=None`` keeps the profile's GRPO steps; a given count must be at least 1."""
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+        if "steps" in overrides and overrides["steps"] is None:
+            del overrides["steps"]
+        if "steps" in overrides and overrides["steps"] < 1:
+            raise ValueError(f"steps must be at least 1 (None: the profile's), got {overrides['steps']}")
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}")

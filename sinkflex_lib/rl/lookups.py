@@ -18,6 +18,11 @@ teach the look-up (README, "Limits", measured):
   before the id in the order's tool result. Measured from the `names` stage (README, "Limits"):
   300 steps of these alone (batch 16, lr 1e-3) took the first token of the item ids that real
   confirmation requests state from 1 to 22 of 37 (whole ids 1 to 11), teacher-forced.
+- `new_item_lookup`: the same with the item's product details, the user's "the T-Shirt (color
+  white, size L) to the variant with color black, size M", and the confirmation request of an
+  exchange or item change up to the new item; loss on the new item as the request states it (its
+  options, ",item_id:", the id), the text right before the id in the product's variants. The
+  shipped base stated 1 of 23 new items' first id token right, teacher-forced (README, "Limits").
 
 Each returns a `Rollout` layout whose `old_logp` carries the loss weights (as
 `warmstart.demonstration`): `weight` on the value tokens, 0 elsewhere; mask 1 on the values.
@@ -144,3 +149,30 @@ def item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int
             + f"{CONFIRM_PREFIX}return from order {oid} items ")
     stated = item_label(db.tables["products"], item["item_id"]) + item["item_id"]
     return _layout(tokenizer, context, [(head, stated, ", refund")], weight, max_tokens, "item-lookup", seed)
+
+
+def new_item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int = 1536) -> Rollout:
+    """Tool results of a user, one of their orders and one of its items' product in `data`, the
+    user's request to change that item to another variant, then an exchange's or item change's
+    confirmation request up to the new item, which is weighted (module docstring)."""
+    rng = np.random.default_rng(seed)
+    db = data.db
+    uid, oid, item = _user_order_item(db, rng, "new_item_lookup")
+    product = db.tables["products"][item["product_id"]]
+    others = [v for v in product["variants"].values() if v["item_id"] != item["item_id"]]
+    others = [v for v in others if v.get("available")] or others   # an exchange asks for one in stock
+    if not others:
+        raise ValueError(f"new_item_lookup: product {item['product_id']} has no other variant")
+    new = others[int(rng.integers(len(others)))]
+    context = "".join(_tool(db, name, **args) for name, args in (
+        ("get_user_details", {"user_id": uid}), ("get_order_details", {"order_id": oid}),
+        ("get_product_details", {"product_id": item["product_id"]})))
+    products = db.tables["products"]
+    old = item_label(products, item["item_id"]) + item["item_id"]
+    write = (f"exchange in order {oid} items {old} for " if rng.random() < 0.5
+             else f"modify order {oid}: items {old} become ")
+    head = (render_message("user", f"the {item_text(item)} to the variant with {options_text(new['options'])}")
+            + ASSISTANT + CONFIRM_PREFIX + write)
+    stated = item_label(products, new["item_id"], new=True) + new["item_id"]
+    return _layout(tokenizer, context, [(head, stated, ", price difference settled with")], weight, max_tokens,
+                   "new-item-lookup", seed)

@@ -14,8 +14,9 @@ random token string, a gap, then the same string again; loss on the repeat,
 :meth:`EpisodeStream.induction`): matching content, not a fixed offset, is what copies an id. Then
 `lookup_steps` of flat key -> value look-ups (:mod:`.lookups`: a digit-only id is found by its key,
 not by the token before it); after them every step may add `lookup_mix` look-ups in the current
-training world's own tool results and `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
-an item stated as a confirmation request states it), in a third forward. Then `copy_steps` of a copy curriculum: the
+training world's own tool results, `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
+an item stated as a confirmation request states it) and `new_item_lookup_mix` new-item look-ups
+(:func:`.lookups.new_item_lookup`: the variant an exchange asks for), in a third forward. Then `copy_steps` of a copy curriculum: the
 episodes without the system message, cut at `copy_max_tokens` (the first look-ups and calls,
 where most ids are copied: many copies per token of compute). Then whole episodes (cut at the
 last agent turn that fits `max_tokens`). After the induction phase every step may add
@@ -60,7 +61,7 @@ from ..envs.oracle import decision_spans, with_next_action
 from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
-from .lookups import flat_lookup, item_lookup, world_lookup
+from .lookups import flat_lookup, item_lookup, new_item_lookup, world_lookup
 from .policy import build_policy, num_parameters
 from .config import SEED, int_arg
 from .warmstart import demonstration
@@ -84,6 +85,7 @@ class PretrainConfig:
     lookup_batch: int = 32
     lookup_mix: int = 0              # look-ups in training-world tool results added to every later step
     item_lookup_mix: int = 0         # item look-ups as a request states them (:func:`.lookups.item_lookup`), same
+    new_item_lookup_mix: int = 0     # new items as a request states them (:func:`.lookups.new_item_lookup`), same
     copy_steps: int = 2000           # phase 2: short episodes without the system message
     copy_batch: int = 24
     copy_max_tokens: int = 256
@@ -149,6 +151,12 @@ PROFILES = {
     # while 300 steps of item look-ups alone took it to 22 of 37 (README, "Limits"). lr 7e-4, as stage 2.
     "items": dict(induction_steps=0, copy_steps=0, steps=1000, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, item_lookup_mix=8),
+    # a sixth stage (``--init`` the shipped stage-5 base): its episodes with 4 item look-ups and 8
+    # new-item look-ups a step (:func:`.lookups.new_item_lookup`): the stage-5 base stated the first
+    # id token of 1 of 23 new items right in an exchange's or item change's confirmation
+    # (teacher-forced), 30 of 37 items already bought (README, "Limits"). lr as stage 5.
+    "variants": dict(induction_steps=0, copy_steps=0, steps=800, lr=7e-4, warmup=50, decision_weight=5.0,
+                     max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8),
     # a third stage: digit-only ids (item, product) were never copied after the two stages above
     # (their first token, even with one candidate in the context): flat look-ups form a key -> value
     # circuit, then episodes with look-ups in the worlds' own tool results (README, "Limits").
@@ -233,18 +241,19 @@ class EpisodeStream:
         return [self.induction(step, c.induction_batch + i) for i in range(c.induction_mix)]
 
     def mixed_lookups(self, step: int) -> list[Rollout]:
-        """The `lookup_mix` look-ups, then the `item_lookup_mix` item look-ups, in the tool results of
-        the world the episodes of step `step` come from, added to every step after the flat
-        look-up phase."""
+        """The `lookup_mix` look-ups, the `item_lookup_mix` item look-ups, then the
+        `new_item_lookup_mix` new-item look-ups, in the tool results of the world the episodes of
+        step `step` come from, added to every step after the flat look-up phase."""
         c = self.cfg
-        if not (c.lookup_mix or c.item_lookup_mix) or phase_of(c, step) in ("induction", "lookup"):
+        kinds = ((world_lookup, c.lookup_mix), (item_lookup, c.item_lookup_mix),
+                 (new_item_lookup, c.new_item_lookup_mix))
+        if not any(n for _, n in kinds) or phase_of(c, step) in ("induction", "lookup"):
             return []
         data = load_source(train_world(self.seed, episodes_before(c, step) // c.episodes_per_world))
         tok = self.policy.tokenizer
-        return ([world_lookup(tok, data, self._seed(step, i), c.value_weight, c.max_tokens)
-                 for i in range(c.lookup_mix)] +
-                [item_lookup(tok, data, self._seed(step, c.lookup_mix + i), c.value_weight, c.max_tokens)
-                 for i in range(c.item_lookup_mix)])
+        seeds = iter(range(sum(n for _, n in kinds)))   # example i of the step: seed (run, step, i)
+        return [make(tok, data, self._seed(step, next(seeds)), c.value_weight, c.max_tokens)
+                for make, n in kinds for _ in range(n)]
 
     def _seed(self, step: int, i: int) -> int:
         """The seed of look-up example i of step `step`: a function of (run seed, step, i)."""

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from sinkflex_lib.envs.data import load_source
-from sinkflex_lib.rl.lookups import LOOKUP_KEYS, flat_lookup, item_lookup, world_lookup
+from sinkflex_lib.rl.lookups import LOOKUP_KEYS, flat_lookup, item_lookup, new_item_lookup, world_lookup
 from sinkflex_lib.rl.pretrain import train_world
 
 
@@ -96,3 +96,25 @@ def test_item_lookup_states_the_named_item_as_the_order_details_show_it(micro_po
     assert "name:" + value in details                     # the order's tool result holds it verbatim
     assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "item-lookup"
     assert item_lookup(tok, data, seed, weight=3.0).ids == r.ids
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_new_item_lookup_states_the_asked_variant_as_the_product_details_show_it(micro_policy, seed):
+    tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
+    r = new_item_lookup(tok, data, seed, weight=3.0)
+    [(before, value)] = _spans(tok, r)
+    said = re.findall(r"<\|user\|>(.*?)<\|end\|>", before)[-1]
+    oid = re.search(r"(?:exchange in order|modify order) (#W\d+)", before).group(1)
+    products = data.db.tables["products"]
+    asked = [(i, v) for i in data.db.tables["orders"][oid]["items"]
+             for v in products[i["product_id"]]["variants"].values()
+             if v["item_id"] != i["item_id"]
+             and said == _hint(i) + " to the variant with " + ", ".join(f"{k} {x}" for k, x in v["options"].items())]
+    assert asked
+    options = lambda v: "{" + ",".join(f"{k}:{x}" for k, x in v["options"].items()) + "}"  # noqa: E731
+    assert value in {f"{options(v)},item_id:{v['item_id']}" for _, v in asked}
+    details = re.findall(r"<\|tool\|>(\{name:.*?)<\|end\|>", before)[-1]  # the product's tool result
+    assert "options:" + value in details                   # which holds it verbatim
+    assert before.endswith(" for ") or before.endswith(" become ")
+    assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "new-item-lookup"
+    assert new_item_lookup(tok, data, seed, weight=3.0).ids == r.ids

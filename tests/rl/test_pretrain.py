@@ -273,3 +273,7 @@ def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro
     both = pt.EpisodeStream(micro_policy, items, 0).mixed_lookups(s + 1)
     assert [r.task_id for r in both] == ["world-lookup"] * small.lookup_mix + ["item-lookup"] * 2
     assert [r.ids for r in both[:small.lookup_mix]] == [r.ids for r in later]   # the world look-ups unchanged
+    new = dataclasses.replace(items, new_item_lookup_mix=1)
+    three = pt.EpisodeStream(micro_policy, new, 0).mixed_lookups(s + 1)
+    assert [r.task_id for r in three] == [r.task_id for r in both] + ["new-item-lookup"]
+    assert [r.ids for r in three[:-1]] == [r.ids for r in both]                  # the others unchanged

@@ -4,7 +4,7 @@ import torch
 
 from sinkflex_lib.rl import train as train_mod
 from sinkflex_lib.rl.runstate import read_metrics
-from sinkflex_lib.rl.config import TrainConfig
+from sinkflex_lib.rl.config import PROFILES, TrainConfig
 from sinkflex_lib.rl.train import train
 
 TINY = dict(bc_episodes=2, bc_epochs=1, steps=2, groups_per_step=2, group_size=2, minibatch_size=2,
@@ -86,6 +86,14 @@ def test_resume_continues_identically(tmp_path, fake_rewards, beta):
 def test_cli_rejects_unknown_profile():
     with pytest.raises(ValueError, match="profile must be one of"):
         TrainConfig.from_profile("huge")
+
+
+def test_profile_steps_none_keeps_the_profiles_and_a_count_below_one_is_refused():
+    assert TrainConfig.from_profile("cpu", steps=None).steps == PROFILES["cpu"]["steps"]
+    assert TrainConfig.from_profile("cpu", steps=3).steps == 3
+    for bad in (0, -2):
+        with pytest.raises(ValueError, match="steps must be at least 1"):
+            TrainConfig.from_profile("cpu", steps=bad)
 
 
 def test_gpu_profile_runs_the_papers_setup_only_given_a_local_model(tmp_path, monkeypatch):
