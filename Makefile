@@ -33,7 +33,7 @@ test: $(STAMP)
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest tests
 	SINKFLEX_PROFILE=smoke $(PY) -m pytest --nbval-lax notebooks/
 
-# Five stages (pretrain.py's "cpu", "episodes", "confirm", "names" and "items" profiles), each in a folder outside the
+# Six stages (pretrain.py's "cpu", "episodes", "confirm", "names", "items" and "variants" profiles), each in a folder outside the
 # repository (rerunning one resumes it exactly where it stopped). Each ships its result as the base (a
 # finished stage that the base already holds is not shipped again); each later one starts from
 # whatever base is shipped, so it can run in a later session even if the earlier folders are gone.
@@ -44,6 +44,7 @@ pretrain: $(STAMP)
 	$(MAKE) pretrain-stage3
 	$(MAKE) pretrain-stage4
 	$(MAKE) pretrain-stage5
+	$(MAKE) pretrain-stage6
 
 pretrain-stage1: $(STAMP)
 	$(PY) -m sinkflex_lib.rl.pretrain --out $(PRETRAIN_DIR) --threads $(PRETRAIN_THREADS) \
