@@ -82,12 +82,18 @@ def test_world_lookup_refuses_a_world_without_orders(micro_policy):
         world_lookup(micro_policy.tokenizer, SimpleNamespace(db=db), 0)
 
 
+def _one_stated_item(make, policy, seed):
+    """An item look-up made by `make` in training world 0 (weight 3): (data, rollout, the text
+    before its one weighted span, that span, the user's last words)."""
+    data = load_source(train_world(0, 0))
+    r = make(policy.tokenizer, data, seed, weight=3.0)
+    [(before, value)] = _spans(policy.tokenizer, r)
+    return data, r, before, value, re.findall(r"<\|user\|>(.*?)<\|end\|>", before)[-1]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_item_lookup_states_the_named_item_as_the_order_details_show_it(micro_policy, seed):
-    tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
-    r = item_lookup(tok, data, seed, weight=3.0)
-    [(before, value)] = _spans(tok, r)
-    said = re.findall(r"<\|user\|>(.*?)<\|end\|>", before)[-1]
+    data, r, before, value, said = _one_stated_item(item_lookup, micro_policy, seed)
     oid = re.search(r"return from order (#W\d+) items $", before).group(1)
     named = [i for i in data.db.tables["orders"][oid]["items"]
              if said == _hint(i)]
@@ -95,15 +101,12 @@ def test_item_lookup_states_the_named_item_as_the_order_details_show_it(micro_po
     details = re.findall(r"<\|tool\|>(\{order_id:.*?)<\|end\|>", before)[-1]
     assert "name:" + value in details                     # the order's tool result holds it verbatim
     assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "item-lookup"
-    assert item_lookup(tok, data, seed, weight=3.0).ids == r.ids
+    assert item_lookup(micro_policy.tokenizer, data, seed, weight=3.0).ids == r.ids
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_new_item_lookup_states_the_asked_variant_as_the_product_details_show_it(micro_policy, seed):
-    tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
-    r = new_item_lookup(tok, data, seed, weight=3.0)
-    [(before, value)] = _spans(tok, r)
-    said = re.findall(r"<\|user\|>(.*?)<\|end\|>", before)[-1]
+    data, r, before, value, said = _one_stated_item(new_item_lookup, micro_policy, seed)
     oid = re.search(r"(?:exchange in order|modify order) (#W\d+)", before).group(1)
     products = data.db.tables["products"]
     asked = [(i, v) for i in data.db.tables["orders"][oid]["items"]
@@ -117,4 +120,4 @@ def test_new_item_lookup_states_the_asked_variant_as_the_product_details_show_it
     assert "options:" + value in details                   # which holds it verbatim
     assert before.endswith(" for ") or before.endswith(" become ")
     assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "new-item-lookup"
-    assert new_item_lookup(tok, data, seed, weight=3.0).ids == r.ids
+    assert new_item_lookup(micro_policy.tokenizer, data, seed, weight=3.0).ids == r.ids
