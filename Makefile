@@ -2,7 +2,7 @@
 #   make reproduce [PROFILE=smoke|cpu|gpu]   run every notebook with Papermill
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
-#   make pretrain                            regenerate data/checkpoints/base-tiny (five stages, hours on 2 cores; resumable)
+#   make pretrain                            regenerate data/checkpoints/base-tiny (six stages, hours on 2 cores; resumable)
 #   make grpo-seeds [PROFILE=...]            GRPO from the base with seeds 0 1 2, mean and spread (resumable)
 #   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3

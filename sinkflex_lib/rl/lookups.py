@@ -22,7 +22,7 @@ teach the look-up (README, "Limits", measured):
   white, size L) to the variant with color black, size M", and the confirmation request of an
   exchange or item change up to the new item; loss on the new item as the request states it (its
   options, ",item_id:", the id), the text right before the id in the product's variants. The
-  shipped base stated 1 of 23 new items' first id token right, teacher-forced (README, "Limits").
+  stage-5 base stated 1 of 23 new items' first id token right, teacher-forced (README, "Limits").
 
 Each returns a `Rollout` layout whose `old_logp` carries the loss weights (as
 `warmstart.demonstration`): `weight` on the value tokens, 0 elsewhere; mask 1 on the values.
@@ -156,10 +156,9 @@ def new_item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens:
     user's request to change that item to another variant, then an exchange's or item change's
     confirmation request up to the new item, which is weighted (module docstring)."""
     rng = np.random.default_rng(seed)
-    db = data.db
+    db, products = data.db, data.db.tables["products"]
     uid, oid, item = _user_order_item(db, rng, "new_item_lookup")
-    product = db.tables["products"][item["product_id"]]
-    others = [v for v in product["variants"].values() if v["item_id"] != item["item_id"]]
+    others = [v for v in products[item["product_id"]]["variants"].values() if v["item_id"] != item["item_id"]]
     others = [v for v in others if v.get("available")] or others   # an exchange asks for one in stock
     if not others:
         raise ValueError(f"new_item_lookup: product {item['product_id']} has no other variant")
@@ -167,7 +166,6 @@ def new_item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens:
     context = "".join(_tool(db, name, **args) for name, args in (
         ("get_user_details", {"user_id": uid}), ("get_order_details", {"order_id": oid}),
         ("get_product_details", {"product_id": item["product_id"]})))
-    products = db.tables["products"]
     old = item_label(products, item["item_id"]) + item["item_id"]
     write = (f"exchange in order {oid} items {old} for " if rng.random() < 0.5
              else f"modify order {oid}: items {old} become ")

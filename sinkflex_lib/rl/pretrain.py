@@ -16,9 +16,10 @@ random token string, a gap, then the same string again; loss on the repeat,
 not by the token before it); after them every step may add `lookup_mix` look-ups in the current
 training world's own tool results, `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
 an item stated as a confirmation request states it) and `new_item_lookup_mix` new-item look-ups
-(:func:`.lookups.new_item_lookup`: the variant an exchange asks for), in a third forward. Then `copy_steps` of a copy curriculum: the
-episodes without the system message, cut at `copy_max_tokens` (the first look-ups and calls,
-where most ids are copied: many copies per token of compute). Then whole episodes (cut at the
+(:func:`.lookups.new_item_lookup`: the variant an exchange asks for), in a third forward. Then
+`copy_steps` of a copy curriculum: the episodes without the system message, cut at
+`copy_max_tokens` (the first look-ups and calls, where most ids are copied: many copies per token
+of compute). Then whole episodes (cut at the
 last agent turn that fits `max_tokens`). After the induction phase every step may add
 `induction_mix` induction examples (a second forward), so the circuit is kept while episodes train.
 A run can also start from another policy's weights (`init`, ``--init``) instead of random ones.
@@ -252,9 +253,8 @@ class EpisodeStream:
             return []
         data = load_source(train_world(self.seed, episodes_before(c, step) // c.episodes_per_world))
         tok = self.policy.tokenizer
-        seeds = iter(range(sum(n for _, n in kinds)))   # example i of the step: seed (run, step, i)
-        return [make(tok, data, self._seed(step, next(seeds)), c.value_weight, c.max_tokens)
-                for make, n in kinds for _ in range(n)]
+        makers = [make for make, n in kinds for _ in range(n)]   # example i's seed: (run seed, step, i)
+        return [make(tok, data, self._seed(step, i), c.value_weight, c.max_tokens) for i, make in enumerate(makers)]
 
     def _seed(self, step: int, i: int) -> int:
         """The seed of look-up example i of step `step`: a function of (run seed, step, i)."""
