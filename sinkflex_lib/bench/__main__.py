@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         r.add_argument(f"--{flag}", type=int, default=None)
     r.add_argument("--out", default=None, help="directory for bench_rl.csv and bench_rl.md")
     r.add_argument("--compete", type=int, default=0,
-                   help="run beside this many single-thread busy processes (a busy machine; default 0)")
+                   help="also time the rollout and updates beside this many single-thread busy processes (default 0)")
+    r.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: one per core that no other process keeps busy)")
     return ap
 
 
@@ -61,7 +63,7 @@ def rl_main(args) -> int:
     try:
         given = {k: v for k, v in dict(batch=args.batch, max_turns=args.max_turns, max_tokens=args.max_tokens,
                                        max_new_tokens=args.max_new_tokens, minibatch=args.minibatch,
-                                       repeats=args.repeats).items()
+                                       repeats=args.repeats, threads=args.threads).items()
                  if v is not None}
         rows = run_rl_bench(args.policy, device=args.device, out=args.out, compete=args.compete, **given)
     except ValueError as e:

@@ -27,32 +27,32 @@ Rows of the table (all on the same policy weights):
 - ``update T=<longest>, sinkflex, trainer's scoring``: the same at the longest length, scored as
   the trainer scores (`token_logprobs`: rows in groups of similar length, each group's common
   prompt prefix run once);
+- ``... , beside <N> busy, <k> thread(s)`` (with `--compete N`): our rollout and the updates at
+  T = 512 and 1,024 again, beside N single-thread processes that multiply matrices all the while
+  (a user's second kernel), at the thread count `machine.choose_threads` picks then and at one
+  thread per core: what a busy machine costs each path, and what the pick saves;
 - ``GRPO step, full update``: that rollout plus the trainer's own update on its episodes, every
   group given reward spread (groups of the cpu profile's 8, or fewer for a smaller batch), with
   the step's shares of decode forwards, sampling, environment and update.
 
-The last lines give the ratios, the device and the versions; `--out DIR` writes
-DIR/bench_rl.csv and .md. Timings need a quiet machine (README, "Limits"); `--compete N` runs the
-bench beside N single-thread processes that multiply matrices all the while, to show what a
-busy machine costs each path.
+Every row runs at `--threads` (default: `choose_threads`' pick at the start, one per core that no
+other process keeps busy) but the busy rows. The last lines give the ratios, the device and the
+versions; `--out DIR` writes DIR/bench_rl.csv and .md. Timings need a quiet machine (README,
+"Limits") but the busy rows'.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import os
 import platform
-import subprocess
-import sys
 import time
 
 import numpy as np
 import torch
 
 from ..grpo import grpo_loss
-from ..machine import cpu_model
+from ..machine import choose_threads, competing_processes, cpu_model, usable_cores
 from ..rl.config import PROFILES
 from ..rl.policy import build_policy
 from ..rl.rollout import LENGTH_GROUPS, RolloutConfig, collate, rollout_batch, token_logprobs, without_pads
@@ -190,43 +190,32 @@ def bench_grpo_step(policy, episodes, roll: dict, group_size: int, minibatch: in
             "env_share": roll["env_share"] * roll["seconds"] / step_s, "update_share": update_s / step_s}
 
 
-BUSY_LOOP = "import torch\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\nwhile True:\n    a @ a\n"
-
-
-@contextlib.contextmanager
-def competing_processes(n: int):
-    """n single-thread processes that multiply 512 x 512 matrices until the block ends."""
-    if n < 0:
-        raise ValueError(f"compete must be >= 0, got {n}")
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for _ in range(n)]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
-
 def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per_step"] * CPU_PROFILE["group_size"],
                  device: str = "cpu", max_turns: int = CPU_PROFILE["max_turns"],
                  max_tokens: int = CPU_PROFILE["max_tokens"], max_new_tokens: int = CPU_PROFILE["max_new_tokens"],
                  minibatch: int = CPU_PROFILE["minibatch_size"], out=None, log=print, compete: int = 0,
-                 repeats: int = ROLLOUT_REPEATS) -> list[dict]:
-    """All rows (module docstring), beside `compete` busy processes; writes <out>/bench_rl.csv and .md
-    when `out` is given."""
+                 repeats: int = ROLLOUT_REPEATS, threads: int | None = None) -> list[dict]:
+    """All rows (module docstring) at `threads` (default: `choose_threads`' pick), then, when
+    `compete` > 0, the busy rows (`bench_busy`); writes <out>/bench_rl.csv and .md when `out` is given."""
     if batch < 1 or minibatch < 1:
         raise ValueError(f"batch and minibatch must be >= 1, got batch={batch}, minibatch={minibatch}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    with competing_processes(compete):
-        return _rl_rows(build_policy(policy_name, device=device), batch, max_turns, max_tokens, max_new_tokens,
-                        minibatch, out, log, repeats)
+    if compete < 0:
+        raise ValueError(f"compete must be >= 0, got {compete}")
+    choose_threads(threads, log)
+    policy = build_policy(policy_name, device=device)
+    rows, episodes, cfg = _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, log, repeats)
+    if compete:
+        rows[-1:-1] = bench_busy(policy, _specs(batch), cfg, episodes, minibatch, compete, log)  # before the step:
+    if out is not None:                                                                     # it trains the weights
+        save_table(rows, "bench_rl", floatfmt=".4g", directory=out)
+    return rows
 
 
-def _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, out, log, repeats) -> list[dict]:
-    """The rows of the module docstring, in its order, on `policy`."""
+def _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, log, repeats):
+    """The rows of the module docstring, in its order, on `policy`; also the episodes of our rollout
+    and its config."""
     cfg = RolloutConfig(max_turns=max_turns, max_tokens=max_tokens, max_new_tokens=max_new_tokens, source=SOURCE)
     specs = _specs(batch)
     log(f"warm-up: {batch} episodes of {SOURCE}, 2 turns (not timed) ...")
@@ -246,8 +235,37 @@ def _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, ou
     if group >= 2:
         log(f"a GRPO step with a full update (groups of {group}) ...")
         rows.append(bench_grpo_step(policy, episodes, roll, group, minibatch))
-    if out is not None:
-        save_table(rows, "bench_rl", floatfmt=".4g", directory=out)
+    for r in rows:
+        r["threads"] = torch.get_num_threads()
+    return rows, episodes, cfg
+
+
+BUSY_LENGTHS = (512, 1024)   # update lengths timed on a busy machine (the cpu profile's episodes are ~850 tokens)
+BUSY_TAG = ", beside {n} busy, {threads} thread(s)"
+
+
+def bench_busy(policy, specs, cfg: RolloutConfig, episodes, minibatch: int, compete: int, log=print) -> list[dict]:
+    """Beside `compete` single-thread busy processes: our rollout (one run) and the update at
+    BUSY_LENGTHS (shorter than the longest episode) on sinkflex and eager, at the thread count
+    `choose_threads` picks there and at one thread per usable core (torch's default). Restores the
+    thread count it found."""
+    found, rows = torch.get_num_threads(), []
+    lengths = [n for n in BUSY_LENGTHS if n < max(r.n_tokens for r in episodes)] or [max(r.n_tokens for r in episodes)]
+    with competing_processes(compete):
+        picked = choose_threads(None, log)
+        for threads in dict.fromkeys((picked, len(usable_cores()))):
+            torch.set_num_threads(threads)
+            tag = BUSY_TAG.format(n=compete, threads=threads)
+            log(f"rollout (ours){tag} ...")
+            rows.append(bench_rollout(policy, specs, cfg, "rollout (ours)" + tag)[0])
+            for length in lengths:
+                for attn in ("sinkflex", "eager"):
+                    log(f"update T={length} on {attn}{tag} ...")
+                    rows.append(bench_update(policy, episodes, attn, length, minibatch))
+                    rows[-1]["what"] += tag
+            for r in rows[-1 - 2 * len(lengths):]:
+                r["threads"] = threads
+    torch.set_num_threads(found)
     return rows
 
 
@@ -255,7 +273,7 @@ def environment_line(device: str, compete: int = 0) -> str:
     from importlib.metadata import version
 
     where = torch.cuda.get_device_name(0) if device == "cuda" else f"{cpu_model()}, torch threads {torch.get_num_threads()}"
-    busy = f"; beside {compete} competing single-thread process(es)" if compete else ""
+    busy = f"; the busy rows beside {compete} competing single-thread process(es)" if compete else ""
     return (f"device: {where}{busy}; python {platform.python_version()}, torch {torch.__version__}, "
             f"transformers {version('transformers')}")
 
@@ -276,7 +294,11 @@ def report(rows: list[dict], device: str, compete: int = 0) -> str:
             plain = by[r["what"].removesuffix(", trainer's scoring")]
             ratios.append(f"{r['what'].split(',')[0]} seconds, sinkflex / sinkflex as the trainer scores: "
                           f"{plain['seconds'] / r['seconds']:.2f}")
-    cols = ["what", "tokens", "seconds", "seconds_min", "seconds_max", "tokens_per_s", "ms_per_forward",
+        if ", beside " in r["what"]:
+            quiet = by[r["what"].split(", beside ")[0]]
+            ratios.append(f"{r['what']}: tokens/s quiet ({quiet['threads']} thread(s)) / busy: "
+                          f"{quiet['tokens_per_s'] / r['tokens_per_s']:.2f}")
+    cols = ["what", "threads", "tokens", "seconds", "seconds_min", "seconds_max", "tokens_per_s", "ms_per_forward",
             "cache_slots", "forward_share", "sample_share", "env_share", "update_share"]
     return (markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n"
             + environment_line(device, compete))

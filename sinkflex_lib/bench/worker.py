@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from ..machine import cpu_model
+from ..machine import choose_threads, cpu_model
 from . import procmem
 
 ATTN_IMPLEMENTATIONS = {"eager": "eager", "blocked": "sinkflex-blocked", "flex": "sinkflex-flex"}
@@ -60,6 +60,7 @@ def run_point(spec: dict) -> dict:
             total = torch.cuda.get_device_properties(device).total_memory
             torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
     else:
+        choose_threads(spec.get("threads"))
         result["device_name"] = cpu_name() + f", torch threads {torch.get_num_threads()}"
 
     overrides = {"num_hidden_layers": spec["layers"]} if spec.get("layers") else {}

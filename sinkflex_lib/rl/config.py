@@ -62,7 +62,7 @@ class TrainConfig:
     val_every: int = 5
     traj_window: int = 64
     ckpt_every: int = 5
-    threads: int | None = None
+    threads: int | None = None     # None: machine.choose_threads picks (a core per thread, none busy elsewhere)
 
     @classmethod
     def from_profile(cls, profile: str, policy_dir: str | None = None, **overrides) -> "TrainConfig":

@@ -159,7 +159,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-turns", type=int, default=defaults.max_turns)
     ap.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
     ap.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: one per core that no other process keeps busy)")
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -168,8 +169,9 @@ def main(argv=None) -> int:
     n = args.tasks if args.tasks is not None else (None if args.source else EVAL_TASKS)
     task_ids = balanced_task_ids(source, n)      # validates --tasks before the policy loads
     import torch
-    if args.threads:
-        torch.set_num_threads(args.threads)
+
+    from ..machine import choose_threads
+    choose_threads(args.threads, None if args.json else print)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     policy = build_policy(args.policy, device=device, dtype=getattr(torch, args.dtype))
     cfg = RolloutConfig(max_turns=args.max_turns, max_tokens=args.max_tokens,

@@ -51,7 +51,7 @@ from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
 from ..envs.data import load_source
 from .evaluate import all_baselines, balanced_task_ids, summarize, task_kind
-from ..machine import peak_memory_gb
+from ..machine import choose_threads, peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg
 from .policy import build_policy, num_parameters
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
@@ -269,8 +269,6 @@ class _Run:
 
 def _prepare(cfg: TrainConfig, out_dir: Path, seed: int, device, policy) -> _Run:
     """Seeds, the policy and optimizer, the task lists: a run at step 0, nothing written yet."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     random.seed(seed)
     np.random.seed(seed)
@@ -292,7 +290,8 @@ def _begin(run: _Run, log) -> None:
     cfg = run.cfg
     run.metrics.write_text("")
     append_metrics(run.metrics, {"kind": "config", "step": 0, "seed": run.seed, "device": run.device,
-                                 "parameters": num_parameters(run.policy.model), **dataclasses.asdict(cfg)})
+                                 "parameters": num_parameters(run.policy.model), "torch_threads": torch.get_num_threads(),
+                                 **dataclasses.asdict(cfg)})
     if cfg.bc_episodes > 0:
         _warm_start_phase(run.policy, cfg, run.train_ids, run.seed, run.metrics, log)
     if cfg.beta > 0:
@@ -401,6 +400,7 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    choose_threads(cfg.threads, log)
     run = _prepare(cfg, out_dir, seed, device, policy)
     if resume:
         start = _resume(run, log) + 1

@@ -5,7 +5,10 @@ import csv
 import pytest
 
 from sinkflex_lib.bench.__main__ import main
-from sinkflex_lib.bench.rl import competing_processes, environment_line, report, run_rl_bench
+import torch
+
+from sinkflex_lib.bench.rl import environment_line, report, run_rl_bench
+from sinkflex_lib.machine import usable_cores
 
 
 def test_rows_files_and_report(tmp_path):
@@ -56,11 +59,27 @@ def test_cli_rejects_a_bad_batch(capsys):
     assert "repeats must be >= 1" in capsys.readouterr().err
 
 
-def test_competing_processes_run_while_the_block_runs():
-    with competing_processes(2) as procs:
-        assert len(procs) == 2 and all(p.poll() is None for p in procs)
-    assert all(p.returncode is not None for p in procs)
-    assert "beside 2 competing" in environment_line("cpu", 2) and "competing" not in environment_line("cpu")
+def test_busy_rows_beside_competing_processes():
+    threads = torch.get_num_threads()
+    rows = run_rl_bench("micro", batch=2, max_turns=2, max_new_tokens=6, minibatch=1, log=lambda m: None,
+                        repeats=1, compete=1, threads=1)
+    assert torch.get_num_threads() == 1            # the busy rows restore the count the run chose
+    torch.set_num_threads(threads)
+    by = {r["what"]: r for r in rows}
+    busy = [r for r in rows if ", beside 1 busy, " in r["what"]]
+    picked, cores = busy[0]["threads"], len(usable_cores())
+    counts = list(dict.fromkeys((picked, cores)))
+    assert 1 <= picked <= max(1, cores - 1) and sorted({r["threads"] for r in busy}) == sorted(counts)
+    lengths = [r["what"].split(",")[0] for r in rows if r["what"].startswith("update") and r["what"].endswith("eager")]
+    for k in counts:    # our rollout and each update length beside the competitor, at each count
+        tag = f", beside 1 busy, {k} thread(s)"
+        expected = ["rollout (ours)" + tag] + [f"{u}, {a}{tag}" for u in lengths[-1:] for a in ("sinkflex", "eager")]
+        assert [r["what"] for r in busy if r["threads"] == k] == expected
+    assert rows[-1]["what"] == "GRPO step, full update" and all(r["threads"] == 1 for r in rows if r not in busy)
+    assert all(by[w]["tokens"] == by[w.split(", beside")[0]]["tokens"] for w in by if "update" in w and "beside" in w)
+    lines = report(rows, "cpu", 1).splitlines()
+    assert sum("tokens/s quiet (1 thread(s)) / busy" in line for line in lines) == len(busy)
+    assert "the busy rows beside 1 competing" in lines[-1] and "competing" not in environment_line("cpu")
 
 
 def test_cli_rejects_a_negative_compete(capsys):

@@ -41,6 +41,7 @@ def test_smoke_pipeline_logs_the_metrics(tmp_path, fake_rewards):
     rows = read_metrics(tmp_path)
     kinds = [r["kind"] for r in rows]
     assert kinds[0] == "config" and "warm_start" in kinds and kinds.count("train") == 2
+    assert rows[0]["threads"] is None and rows[0]["torch_threads"] == torch.get_num_threads() >= 1  # picked
     tr = [r for r in rows if r["kind"] == "train"]
     for key in ("reward_mean", "reward_std", "zero_spread_frac", "kl", "entropy", "clip_frac_low",
                 "clip_frac_high", "response_length", "turns", "tool_call_rate", "tool_error_rate",

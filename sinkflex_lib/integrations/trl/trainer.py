@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from ...machine import choose_threads
 from ...models import ensure_registered
 from ...rl.policy import Policy, build_policy, lora_config
 from ...rl.runstate import append_metrics, read_metrics
@@ -233,8 +234,7 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     state = distributed_state()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    choose_threads(cfg.threads, log)
     ensure_registered(cfg.attn_implementation)       # the same attention name in every process
     warm_dir = Path(warm_start_dir) if warm_start_dir is not None else out_dir / "warm_start"
     with state.main_process_first():

@@ -1,0 +1,83 @@
+"""`sinkflex_lib.machine`: how busy other processes keep the cores, and the thread count chosen from it.
+The reference is a known load: processes this test starts, each holding one core."""
+
+import os
+import threading
+
+import pytest
+import torch
+
+from sinkflex_lib.machine import busy_cores_elsewhere, choose_threads, competing_processes, usable_cores
+
+
+@pytest.fixture(autouse=True)
+def keep_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def quietest(probes: int = 3) -> float:
+    """The least of a few probes: other work on a shared machine only ever adds busy cores."""
+    return min(busy_cores_elsewhere() for _ in range(probes))
+
+
+def test_usable_cores_are_cpus_of_this_machine():
+    cores = usable_cores()
+    assert cores and cores <= set(range(os.cpu_count()))
+
+
+def test_competing_processes_run_while_the_block_runs():
+    with competing_processes(2) as procs:
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    assert all(p.returncode is not None for p in procs)
+    with pytest.raises(ValueError, match="compete must be >= 0"):
+        with competing_processes(-1):
+            pass
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="measured from /proc/stat (Linux)")
+def test_one_competing_process_is_seen_as_one_busy_core():
+    before = quietest()
+    with competing_processes(1):
+        during = quietest()
+    assert 0.6 <= during - before <= 1.4, (before, during)
+
+
+def test_this_process_own_threads_are_not_counted_as_busy_elsewhere():
+    torch.set_num_threads(1)
+    stop = threading.Event()
+
+    def work():                                # torch releases the GIL: a second busy thread of ours
+        a = torch.randn(256, 256)
+        while not stop.is_set():
+            a @ a
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        busy = quietest()
+    finally:
+        stop.set()
+        worker.join()
+    assert busy < 0.5, busy
+
+
+def test_a_busy_core_takes_a_thread_away():
+    cores = len(usable_cores())
+    with competing_processes(1):
+        picked = choose_threads(log=lambda m: None)
+    assert 1 <= picked <= max(1, cores - 1) and torch.get_num_threads() == picked
+
+
+def test_requested_threads_win_and_bad_ones_are_refused():
+    assert choose_threads(1) == 1 and torch.get_num_threads() == 1
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        choose_threads(0)
+
+
+def test_a_thread_count_set_in_the_environment_wins(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)                 # as torch reads OMP_NUM_THREADS at its start
+    lines = []
+    assert choose_threads(log=lines.append) == 1 and not lines
