@@ -2,7 +2,7 @@
 
     python -m sinkflex_lib.bench rl --policy tiny|micro|base-tiny|DIR [--batch B] [--device cpu|cuda]
 
-Rows of the table (all on the same policy weights):
+Rows of the table (all on the same policy weights, but the busy rows: after the GRPO step's update):
 
 - ``rollout (ours)``: `rollout_batch` over B episodes of a training world (sampled, T = 1, fixed
   seed): sampled tokens per second, milliseconds per batched decode forward, the mean KV-cache
@@ -27,18 +27,19 @@ Rows of the table (all on the same policy weights):
 - ``update T=<longest>, sinkflex, trainer's scoring``: the same at the longest length, scored as
   the trainer scores (`token_logprobs`: rows in groups of similar length, each group's common
   prompt prefix run once);
-- ``... , beside <N> busy, <k> thread(s)`` (with `--compete N`): our rollout and the updates at
-  T = 512 and 1,024 again, beside N single-thread processes that multiply matrices all the while
-  (a user's second kernel), at the thread count `machine.choose_threads` picks then and at one
-  thread per core: what a busy machine costs each path, and what the pick saves;
 - ``GRPO step, full update``: that rollout plus the trainer's own update on its episodes, every
   group given reward spread (groups of the cpu profile's 8, or fewer for a smaller batch), with
-  the step's shares of decode forwards, sampling, environment and update.
+  the step's shares of decode forwards, sampling, environment and update;
+- with `--compete N`, ``<case>, quiet, <k> thread(s)`` and ``<case>, beside <N> busy, <k> thread(s)``:
+  our rollout and the updates at T = 512 and 1,024 (the first 16 episodes), timed quiet and then
+  beside N single-thread processes that multiply matrices all the while (a user's second kernel),
+  at the thread count `machine.choose_threads` picks there and at one thread per core, in
+  `repeats` rounds (`bench_busy`): what a busy machine costs each path, and what the pick saves.
 
 Every row runs at `--threads` (default: `choose_threads`' pick at the start, one per core that no
 other process keeps busy) but the busy rows. The last lines give the ratios, the device and the
-versions; `--out DIR` writes DIR/bench_rl.csv and .md. Timings need a quiet machine (README,
-"Limits") but the busy rows'.
+versions; `--out DIR` writes DIR/bench_rl.csv and .md. Timings need a quiet machine but the
+busy rows'.
 """
 
 from __future__ import annotations
@@ -207,8 +208,8 @@ def run_rl_bench(policy_name: str = "tiny", batch: int = CPU_PROFILE["groups_per
     policy = build_policy(policy_name, device=device)
     rows, episodes, cfg = _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, log, repeats)
     if compete:
-        rows[-1:-1] = bench_busy(policy, _specs(batch), cfg, episodes, minibatch, compete, log)  # before the step:
-    if out is not None:                                                                     # it trains the weights
+        rows += bench_busy(policy, _specs(batch), cfg, episodes, minibatch, compete, repeats, log)
+    if out is not None:
         save_table(rows, "bench_rl", floatfmt=".4g", directory=out)
     return rows
 
@@ -241,31 +242,44 @@ def _rl_rows(policy, batch, max_turns, max_tokens, max_new_tokens, minibatch, lo
 
 
 BUSY_LENGTHS = (512, 1024)   # update lengths timed on a busy machine (the cpu profile's episodes are ~850 tokens)
-BUSY_TAG = ", beside {n} busy, {threads} thread(s)"
+BUSY_EPISODES = 16           # the updates' episodes there: the first 16 (eager at T = 1,024 takes ~20 s each)
 
 
-def bench_busy(policy, specs, cfg: RolloutConfig, episodes, minibatch: int, compete: int, log=print) -> list[dict]:
-    """Beside `compete` single-thread busy processes: our rollout (one run) and the update at
-    BUSY_LENGTHS (shorter than the longest episode) on sinkflex and eager, at the thread count
-    `choose_threads` picks there and at one thread per usable core (torch's default). Restores the
-    thread count it found."""
-    found, rows = torch.get_num_threads(), []
-    lengths = [n for n in BUSY_LENGTHS if n < max(r.n_tokens for r in episodes)] or [max(r.n_tokens for r in episodes)]
-    with competing_processes(compete):
-        picked = choose_threads(None, log)
-        for threads in dict.fromkeys((picked, len(usable_cores()))):
-            torch.set_num_threads(threads)
-            tag = BUSY_TAG.format(n=compete, threads=threads)
-            log(f"rollout (ours){tag} ...")
-            rows.append(bench_rollout(policy, specs, cfg, "rollout (ours)" + tag)[0])
-            for length in lengths:
-                for attn in ("sinkflex", "eager"):
-                    log(f"update T={length} on {attn}{tag} ...")
-                    rows.append(bench_update(policy, episodes, attn, length, minibatch))
-                    rows[-1]["what"] += tag
-            for r in rows[-1 - 2 * len(lengths):]:
-                r["threads"] = threads
+def bench_busy(policy, specs, cfg: RolloutConfig, episodes, minibatch: int, compete: int, repeats: int,
+               log=print) -> list[dict]:
+    """What a busy machine costs each path, and what `choose_threads` saves: our rollout and the
+    update at BUSY_LENGTHS (those shorter than the longest episode, else the longest) on sinkflex and
+    eager, timed quiet at the thread count found, then beside `compete` single-thread busy processes
+    at the count `choose_threads` picks there and at one thread per usable core (torch's default), in
+    `repeats` rounds (a slow spell of a shared machine touches every setting alike); each row is its
+    median-time run, with the fastest and slowest. Restores the thread count it found."""
+    found, cores = torch.get_num_threads(), len(usable_cores())
+    longest = max(r.n_tokens for r in episodes)
+    cases = {"rollout (ours)": lambda what: bench_rollout(policy, specs, cfg, what)[0]}
+    for n in [n for n in BUSY_LENGTHS if n < longest] or [longest]:
+        for attn in ("sinkflex", "eager"):
+            cases[f"update T={n}, {attn}"] = lambda what, n=n, attn=attn: bench_update(
+                policy, episodes[:BUSY_EPISODES], attn, n, minibatch, repeats=1)
+    runs = {}
+
+    def time_all(setting: str, threads: int, k: int) -> None:
+        torch.set_num_threads(threads)
+        for what, run in cases.items():
+            log(f"{what}, {setting}, {threads} thread(s) (round {k + 1} of {repeats}) ...")
+            runs.setdefault((f"{what}, {setting}, {threads} thread(s)", threads), []).append(run(what))
+
+    for k in range(repeats):
+        time_all("quiet", found, k)
+        with competing_processes(compete):
+            picked = choose_threads(None, log)
+            for threads in dict.fromkeys((picked, cores)):
+                time_all(f"beside {compete} busy", threads, k)
     torch.set_num_threads(found)
+    rows = []
+    for (what, threads), timed in runs.items():
+        timed = sorted(timed, key=lambda r: r["seconds"])
+        rows.append({**timed[(len(timed) - 1) // 2], "what": what, "threads": threads,
+                     "seconds_min": timed[0]["seconds"], "seconds_max": timed[-1]["seconds"]})
     return rows
 
 
@@ -294,10 +308,11 @@ def report(rows: list[dict], device: str, compete: int = 0) -> str:
             plain = by[r["what"].removesuffix(", trainer's scoring")]
             ratios.append(f"{r['what'].split(',')[0]} seconds, sinkflex / sinkflex as the trainer scores: "
                           f"{plain['seconds'] / r['seconds']:.2f}")
-        if ", beside " in r["what"]:
-            quiet = by[r["what"].split(", beside ")[0]]
-            ratios.append(f"{r['what']}: tokens/s quiet ({quiet['threads']} thread(s)) / busy: "
-                          f"{quiet['tokens_per_s'] / r['tokens_per_s']:.2f}")
+        if ", beside " in r["what"]:     # a busy row against its quiet row of the same rounds
+            what = r["what"].split(", beside ")[0]
+            quiet = next(q for q in rows if q["what"].startswith(what + ", quiet, "))
+            ratios.append(f"{r['what']}: slower than quiet ({quiet['threads']} thread(s)) by "
+                          f"{quiet['tokens_per_s'] / r['tokens_per_s']:.2f}x (median runs' tokens/s)")
     cols = ["what", "threads", "tokens", "seconds", "seconds_min", "seconds_max", "tokens_per_s", "ms_per_forward",
             "cache_slots", "forward_share", "sample_share", "env_share", "update_share"]
     return (markdown_table(rows, cols, floatfmt=".4g") + "\n" + "\n".join(ratios) + "\n"

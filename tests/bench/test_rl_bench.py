@@ -62,23 +62,20 @@ def test_cli_rejects_a_bad_batch(capsys):
 def test_busy_rows_beside_competing_processes():
     threads = torch.get_num_threads()
     rows = run_rl_bench("micro", batch=2, max_turns=2, max_new_tokens=6, minibatch=1, log=lambda m: None,
-                        repeats=1, compete=1, threads=1)
+                        repeats=2, compete=1, threads=1)
     assert torch.get_num_threads() == 1            # the busy rows restore the count the run chose
     torch.set_num_threads(threads)
-    by = {r["what"]: r for r in rows}
-    busy = [r for r in rows if ", beside 1 busy, " in r["what"]]
-    picked, cores = busy[0]["threads"], len(usable_cores())
-    counts = list(dict.fromkeys((picked, cores)))
-    assert 1 <= picked <= max(1, cores - 1) and sorted({r["threads"] for r in busy}) == sorted(counts)
-    lengths = [r["what"].split(",")[0] for r in rows if r["what"].startswith("update") and r["what"].endswith("eager")]
-    for k in counts:    # our rollout and each update length beside the competitor, at each count
-        tag = f", beside 1 busy, {k} thread(s)"
-        expected = ["rollout (ours)" + tag] + [f"{u}, {a}{tag}" for u in lengths[-1:] for a in ("sinkflex", "eager")]
-        assert [r["what"] for r in busy if r["threads"] == k] == expected
-    assert rows[-1]["what"] == "GRPO step, full update" and all(r["threads"] == 1 for r in rows if r not in busy)
-    assert all(by[w]["tokens"] == by[w.split(", beside")[0]]["tokens"] for w in by if "update" in w and "beside" in w)
+    busy = rows[rows.index(next(r for r in rows if r["what"].startswith("GRPO step"))) + 1:]
+    longest = next(r for r in rows if r["what"].endswith("trainer's scoring"))["what"].split(",")[0]
+    cases = ["rollout (ours)"] + [f"{longest}, {a}" for a in ("sinkflex", "eager")]   # micro episodes: < 512 tokens
+    picked, cores = busy[len(cases)]["threads"], len(usable_cores())
+    assert 1 <= picked <= max(1, cores - 1)
+    settings = [("quiet", 1)] + [("beside 1 busy", k) for k in dict.fromkeys((picked, cores))]
+    assert [r["what"] for r in busy] == [f"{c}, {s}, {k} thread(s)" for s, k in settings for c in cases]
+    assert [r["threads"] for r in busy] == [k for _, k in settings for _ in cases]
+    assert all(r["seconds_min"] <= r["seconds"] <= r["seconds_max"] for r in busy)
     lines = report(rows, "cpu", 1).splitlines()
-    assert sum("tokens/s quiet (1 thread(s)) / busy" in line for line in lines) == len(busy)
+    assert sum("slower than quiet (1 thread(s)) by" in line for line in lines) == len(busy) - len(cases)
     assert "the busy rows beside 1 competing" in lines[-1] and "competing" not in environment_line("cpu")
 
 
