@@ -29,7 +29,7 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt:
     "l" or "r" (default: none given)."""
     if not rows:
         raise ValueError("rows must hold at least one row")
-    columns = list(rows[0]) if columns is None else list(columns)
+    columns = list(dict.fromkeys(k for r in rows for k in r)) if columns is None else list(columns)
     if align is not None and (len(align) != len(columns) or set(align) - {"l", "r"}):
         raise ValueError(f"align must be one of 'l'/'r' per column ({len(columns)}), got {align!r}")
     rule = ["---" if align is None else {"l": ":---", "r": "---:"}[a] for a in (align or columns)]
@@ -42,12 +42,13 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt:
 def save_table(rows: list[dict], name: str, columns: list[str] | None = None, floatfmt: str = ".2e",
                directory: str | Path | None = None) -> tuple[Path, Path]:
     """Write `rows` as <directory or plotting.figures_dir()>/<name>.csv (full precision) and <name>.md
-    (floats formatted with floatfmt). Returns the two paths."""
+    (floats formatted with floatfmt); the columns default to every key of any row, in order of first
+    appearance. Returns the two paths."""
     if not name or "/" in name or "." in name:
         raise ValueError(f"name must be a bare file stem such as 'backend_errors', got {name!r}")
     if not rows:
         raise ValueError("rows must hold at least one row")
-    columns = list(rows[0]) if columns is None else list(columns)
+    columns = list(dict.fromkeys(k for r in rows for k in r)) if columns is None else list(columns)
     out_dir = Path(directory) if directory is not None else figures_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, md_path = out_dir / f"{name}.csv", out_dir / f"{name}.md"

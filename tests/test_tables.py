@@ -26,6 +26,15 @@ def test_save_table(tmp_path):
     assert md_path.read_text() == markdown_table(ROWS)
 
 
+def test_save_table_keeps_a_key_that_only_a_later_row_has(tmp_path):
+    rows = [dict(what="rollout", s=1.0), dict(what="step", s=2.0, share=0.5)]
+    csv_path, md_path = save_table(rows, "t", directory=tmp_path)
+    with open(csv_path) as f:
+        back = list(csv.DictReader(f))
+    assert list(back[0]) == ["what", "s", "share"] and back[0]["share"] == "" and back[1]["share"] == "0.5"
+    assert md_path.read_text().splitlines()[0] == "| what | s | share |"
+
+
 @pytest.mark.parametrize("name", ["", "a/b", "x.md"])
 def test_bad_name(tmp_path, name):
     with pytest.raises(ValueError, match="name"):
