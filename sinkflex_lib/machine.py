@@ -87,9 +87,9 @@ def choose_threads(requested: int | None = None, log=None) -> int:
     environment sets (OMP_NUM_THREADS, as torchrun does for several processes a machine); else one
     thread per usable core that no other process keeps busy (at least one).
 
-    Why not always every core: the blocked attention runs many small parallel operations, and each
-    waits at its end for its slowest thread; a thread whose core another process holds stalls every
-    one of them (measured: README, "Limits"; `python -m sinkflex_lib.bench rl --compete 1`). Floats
+    Why not always every core: the decode loop and the blocked attention run many small parallel
+    operations, and each waits at its end for its slowest thread; a thread whose core another
+    process holds stalls every one of them (measured: README, "Limits"; `python -m sinkflex_lib.bench rl --compete 1`). Floats
     of a run differ in the last bits between thread counts: pin `requested` to repeat a run bit for bit."""
     if requested is not None and requested < 1:
         raise ValueError(f"threads must be >= 1, got {requested}")
@@ -103,6 +103,28 @@ def choose_threads(requested: int | None = None, log=None) -> int:
             log(f"threads: {requested} ({busy:.1f} of {cores} cores busy with other processes)")
     torch.set_num_threads(requested)
     return requested
+
+
+REPICK_S = 60.0     # how often a long run looks again (`ThreadPicker`)
+
+
+class ThreadPicker:
+    """`choose_threads` at a long run's start and again, between its steps, once `every_s` seconds
+    have passed: a process that starts or ends meanwhile is seen. A `requested` count is set once
+    and kept. Call it between steps; it returns the count in force."""
+
+    def __init__(self, requested: int | None = None, log=None, every_s: float = REPICK_S):
+        self.requested, self.log, self.every_s = requested, log, every_s
+        self.threads = choose_threads(requested, log)
+        self.last = time.perf_counter()
+
+    def __call__(self) -> int:
+        if self.requested is None and time.perf_counter() - self.last >= self.every_s:
+            before, self.threads = self.threads, choose_threads()
+            self.last = time.perf_counter()
+            if self.threads != before and self.log is not None:
+                self.log(f"threads: {before} -> {self.threads} (other processes started or ended)")
+        return self.threads
 
 
 BUSY_LOOP = ("import torch\ntorch.set_num_threads(1)\na = torch.randn(512, 512)\nprint('busy', flush=True)\n"

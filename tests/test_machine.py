@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from sinkflex_lib.machine import busy_cores_elsewhere, choose_threads, competing_processes, usable_cores
+from sinkflex_lib.machine import ThreadPicker, busy_cores_elsewhere, choose_threads, competing_processes, usable_cores
 
 
 @pytest.fixture(autouse=True)
@@ -81,3 +81,20 @@ def test_a_thread_count_set_in_the_environment_wins(monkeypatch):
     torch.set_num_threads(1)                 # as torch reads OMP_NUM_THREADS at its start
     lines = []
     assert choose_threads(log=lines.append) == 1 and not lines
+
+
+def test_a_long_run_sees_a_process_that_starts_after_it():
+    cores, lines = len(usable_cores()), []
+    picker, patient = ThreadPicker(log=lines.append, every_s=0.0), ThreadPicker(every_s=3600.0)
+    first = picker.threads
+    with competing_processes(1):
+        now = picker()
+        assert patient() == patient.threads           # not time to look again yet
+    assert 1 <= now <= max(1, cores - 1) and torch.get_num_threads() == now
+    assert (f"threads: {first} -> {now}" in lines[-1]) == (now != first)
+
+
+def test_a_requested_count_is_kept():
+    picker = ThreadPicker(1, every_s=0.0)
+    with competing_processes(1):
+        assert picker() == 1 and picker() == 1 and torch.get_num_threads() == 1

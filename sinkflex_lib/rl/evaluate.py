@@ -38,6 +38,7 @@ from ..envs.episode import run_episode
 from ..envs.oracle import OracleAgent, ScriptAgent, oracle_script
 from ..envs.reward import gold_actions
 from .chat import canonical_action
+from .config import int_arg
 from .rollout import RolloutConfig, replay_turns, rollout_batch
 
 NAN = float("nan")
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-turns", type=int, default=defaults.max_turns)
     ap.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
     ap.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--threads", type=int_arg(1), default=None,
                     help="torch threads (default: one per core that no other process keeps busy)")
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])

@@ -51,7 +51,7 @@ from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss
 from ..envs.data import load_source
 from .evaluate import all_baselines, balanced_task_ids, summarize, task_kind
-from ..machine import choose_threads, peak_memory_gb
+from ..machine import ThreadPicker, peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg
 from .policy import build_policy, num_parameters
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
@@ -400,7 +400,7 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    choose_threads(cfg.threads, log)
+    threads = ThreadPicker(cfg.threads, log)
     run = _prepare(cfg, out_dir, seed, device, policy)
     if resume:
         start = _resume(run, log) + 1
@@ -409,7 +409,8 @@ def train(cfg: TrainConfig, out_dir, seed: int = 0, resume: bool = False, log=pr
         start = 1
     last_step = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
     for step in range(start, last_step + 1):
-        row = grpo_step(run, step)
+        used = threads()                       # looked at again every minute or so: machine.ThreadPicker
+        row = {**grpo_step(run, step), "torch_threads": used}
         append_metrics(run.metrics, row)
         msg = _step_line(row, cfg.steps)
         if step % cfg.val_every == 0 or step == cfg.steps:

@@ -47,7 +47,7 @@ def test_smoke_pipeline_logs_the_metrics(tmp_path, fake_rewards):
                 "clip_frac_high", "response_length", "turns", "tool_call_rate", "tool_error_rate",
                 "tokens_per_s", "step_s", "peak_mem_gb", "training_score", "trajectory_reward"):
         assert key in tr[-1], key
-    assert sum(r["minibatches"] for r in tr) > 0
+    assert sum(r["minibatches"] for r in tr) > 0 and all(r["torch_threads"] >= 1 for r in tr)
     assert [r["step"] for r in rows if r["kind"] == "val"] == [0, 1, 2]
     val0 = next(r for r in rows if r["kind"] == "val")
     assert val0["val_oracle_reward"] == 1.0 and val0["val_oracle_in_budget_reward"] == 0.0   # 3 turns: too few
