@@ -105,6 +105,7 @@ def choose_threads(requested: int | None = None, log=None) -> int:
     return requested
 
 
+THREADS_HELP = "torch threads (default: one per core that no other process keeps busy; machine.choose_threads)"
 REPICK_S = 60.0     # how often a long run looks again (`ThreadPicker`)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..machine import THREADS_HELP
 from .analytic import attention_memory
 from .memory import BACKENDS, CONFIGS, DEVICES, DTYPES, run_memory_sweep
 
@@ -52,8 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="directory for bench_rl.csv and bench_rl.md")
     r.add_argument("--compete", type=int, default=0,
                    help="also time the rollout and updates beside this many single-thread busy processes (default 0)")
-    r.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: one per core that no other process keeps busy)")
+    r.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     return ap
 
 

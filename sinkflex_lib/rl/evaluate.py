@@ -37,6 +37,7 @@ from ..envs.data import world_source
 from ..envs.episode import run_episode
 from ..envs.oracle import OracleAgent, ScriptAgent, oracle_script
 from ..envs.reward import gold_actions
+from ..machine import THREADS_HELP, choose_threads
 from .chat import canonical_action
 from .config import int_arg
 from .rollout import RolloutConfig, replay_turns, rollout_batch
@@ -160,8 +161,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-turns", type=int, default=defaults.max_turns)
     ap.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
     ap.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
-    ap.add_argument("--threads", type=int_arg(1), default=None,
-                    help="torch threads (default: one per core that no other process keeps busy)")
+    ap.add_argument("--threads", type=int_arg(1), default=None, help=THREADS_HELP)
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -170,8 +170,6 @@ def main(argv=None) -> int:
     n = args.tasks if args.tasks is not None else (None if args.source else EVAL_TASKS)
     task_ids = balanced_task_ids(source, n)      # validates --tasks before the policy loads
     import torch
-
-    from ..machine import choose_threads
     choose_threads(args.threads, None if args.json else print)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     policy = build_policy(args.policy, device=device, dtype=getattr(torch, args.dtype))

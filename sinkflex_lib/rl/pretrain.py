@@ -63,7 +63,7 @@ from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
 from .lookups import flat_lookup, item_lookup, new_item_lookup, world_lookup
-from ..machine import choose_threads
+from ..machine import THREADS_HELP, choose_threads
 from .policy import build_policy, num_parameters
 from .config import SEED, int_arg
 from .warmstart import demonstration
@@ -585,17 +585,16 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--steps", type=int_arg(1), default=None)
-    ap.add_argument("--threads", type=int_arg(1), default=None,
-                    help="torch threads (default: one per core that no other process keeps busy)")
+    ap.add_argument("--threads", type=int_arg(1), default=None, help=THREADS_HELP)
     ap.add_argument("--init", default=None, metavar="DIR",
                     help="start from this policy directory, or a run folder's last step_<N>/, instead of random weights")
     ap.add_argument("--ship", default=None, metavar="DEST",
                     help="after training, export the selected step (select_step) to DEST with a manifest")
     args = ap.parse_args(argv)
-    choose_threads(args.threads, lambda m: print(m, flush=True))
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    choose_threads(args.threads, log)
     over = {k: v for k, v in (("steps", args.steps), ("init", last_step_dir(args.init))) if v is not None}
     cfg = PretrainConfig(**{**PROFILES[args.profile], **over})
-    log = lambda m: print(m, flush=True)  # noqa: E731
     try:
         done = args.resume and read_checkpoint_state(Path(args.out) / "checkpoint")["step"] >= cfg.steps
         if not done:

@@ -20,6 +20,7 @@ import types
 import typing
 from pathlib import Path
 
+from ...machine import THREADS_HELP
 from ...rl.config import PROFILES, SEED, TrainConfig, int_arg
 from .rollout import DECODE_MODES
 
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     t.add_argument("--trl", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a GRPOConfig field, e.g. --trl loss_type=dapo --trl entropy_coef=0.01 "
                         "(VALUE is read as JSON, else kept as a string)")
-    t.add_argument("--threads", type=int_arg(1), default=None, help="torch threads per process")
+    t.add_argument("--threads", type=int_arg(1), default=None, help="per process: " + THREADS_HELP)
     args = ap.parse_args(argv)
 
     from .config import grpo_config, trl_profile
