@@ -46,11 +46,12 @@ from __future__ import annotations
 import math
 from numbers import Real
 
+import numpy as np
 import torch
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
-__all__ = ["AGG_MODES", "group_advantages", "kl_k3", "agg_loss", "grpo_loss"]
+__all__ = ["AGG_MODES", "group_advantages", "permute_within_groups", "kl_k3", "agg_loss", "grpo_loss"]
 
 
 # -- advantages ----------------------------------------------------------------------------
@@ -95,6 +96,20 @@ def group_advantages(rewards, group_size: int, norm_by_std: bool = True, eps: fl
     adv = torch.where(constant, torch.zeros_like(adv), adv)
     return adv.reshape(-1)
 
+
+
+def permute_within_groups(rewards, group_size: int, rng):
+    """A control without signal: each group's rewards in a random order (numpy Generator `rng`).
+
+    Every group keeps its rewards (mean, spread, so its advantages' sizes) but which rollout gets
+    which is random: an update on them carries no information about the task. rewards: 1-D
+    tensor, group-contiguous as in `group_advantages`; returns a new tensor like it.
+    """
+    r = torch.as_tensor(rewards)
+    if r.dim() != 1 or group_size < 1 or r.numel() % group_size:
+        raise ValueError(f"rewards ({tuple(r.shape)}) must be 1-D groups of {group_size}")
+    order = torch.as_tensor(np.stack([rng.permutation(group_size) for _ in range(r.numel() // group_size)]))
+    return torch.gather(r.view(-1, group_size), 1, order).reshape(-1)
 
 # -- KL and aggregation ---------------------------------------------------------------------
 

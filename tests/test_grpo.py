@@ -6,10 +6,11 @@ import math
 from collections import defaultdict
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
-from sinkflex_lib.grpo import AGG_MODES, agg_loss, group_advantages, grpo_loss, kl_k3
+from sinkflex_lib.grpo import AGG_MODES, agg_loss, group_advantages, grpo_loss, kl_k3, permute_within_groups
 
 F64 = torch.float64
 
@@ -377,3 +378,17 @@ def test_std_convention_matches_trl():
     std = trl_utils.nanstd(grouped, dim=1).repeat_interleave(5)
     want = (rewards - grouped.mean(1).repeat_interleave(5)) / (std + 1e-4)
     torch.testing.assert_close(group_advantages(rewards, 5, eps=1e-4), want, rtol=1e-12, atol=1e-15)
+
+
+def test_permute_within_groups_keeps_each_groups_rewards_and_draws_every_order():
+    rewards = torch.tensor([0.0, 1.0, 2.0, 10.0, 11.0, 12.0])
+    orders = set()
+    for seed in range(200):
+        out = permute_within_groups(rewards, 3, np.random.default_rng(seed))
+        assert sorted(out[:3].tolist()) == [0.0, 1.0, 2.0] and sorted(out[3:].tolist()) == [10.0, 11.0, 12.0]
+        orders.add(tuple(out[:3].tolist()))
+    assert len(orders) == 6                                         # all 3! orders of a group occur
+    again = [permute_within_groups(rewards, 3, np.random.default_rng(7)) for _ in range(2)]
+    assert torch.equal(*again)                                      # seeded: reproducible
+    with pytest.raises(ValueError, match="groups of 4"):
+        permute_within_groups(rewards, 4, np.random.default_rng(0))

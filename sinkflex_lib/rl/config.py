@@ -27,6 +27,7 @@ class TrainConfig:
     source: str = "mini"               # training tasks (a source of :mod:`sinkflex_lib.envs.data`)
     train_split: str = "train"
     train_kinds: list | None = None    # train only on tasks of these kinds (None: all); validation keeps all
+    train_tasks: list | None = None    # train only on these task ids of `source` (None: all of train_split)
     val_source: str = "eval-world:0"   # held-out world: no id of it occurs in any training source
     val_split: str | None = None       # a split of val_source (e.g. tau2's "test"): all its tasks
     # warm start (behaviour cloning on oracle episodes; 0 episodes: none, e.g. from a base policy)
@@ -51,6 +52,7 @@ class TrainConfig:
     beta: float = 0.0
     loss_agg_mode: str = "token-mean"
     norm_adv_by_std: bool = True
+    shuffle_rewards: bool = False      # a control without signal: each group's rewards permuted before the advantages
     # rollouts
     max_turns: int = RolloutConfig.max_turns       # the rollout budgets' one source: RolloutConfig
     max_tokens: int = RolloutConfig.max_tokens

@@ -48,9 +48,9 @@ import numpy as np
 import torch
 
 from ..envs import RetailEnv
-from ..grpo import group_advantages, grpo_loss
+from ..grpo import group_advantages, grpo_loss, permute_within_groups
 from ..envs.data import load_source
-from .evaluate import all_baselines, balanced_task_ids, summarize, task_kind
+from .evaluate import all_baselines, balanced_task_ids, is_write_task, summarize, task_kind
 from ..machine import ThreadPicker, peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg
 from .policy import build_policy, num_parameters
@@ -87,15 +87,25 @@ def _rollout_metrics(rollouts, group_size: int) -> dict:
 
 def training_tasks(cfg: TrainConfig) -> list[str]:
     """The task ids of `train_split` of `source`; only those of `train_kinds` when set (an
-    unknown kind is refused)."""
-    ids = RetailEnv(cfg.source).task_ids(cfg.train_split)
-    if cfg.train_kinds is None:
-        return ids
-    tasks = load_source(cfg.source).tasks
-    unknown = set(cfg.train_kinds) - {task_kind(tasks[t]) for t in ids}
-    if unknown:
-        raise ValueError(f"train_kinds: no task of kind(s) {sorted(unknown)} in {cfg.source!r} {cfg.train_split}")
-    return [t for t in ids if task_kind(tasks[t]) in cfg.train_kinds]
+    unknown kind is refused), or exactly `train_tasks` when set (an unknown id is refused)."""
+    if cfg.train_tasks is not None:
+        known = set(RetailEnv(cfg.source).task_ids(None))
+        unknown = [t for t in cfg.train_tasks if t not in known]
+        if unknown or not cfg.train_tasks:
+            raise ValueError(f"train_tasks: {unknown or 'empty'}: not task ids of {cfg.source!r}")
+        ids = list(cfg.train_tasks)
+    else:
+        ids = RetailEnv(cfg.source).task_ids(cfg.train_split)
+    if cfg.train_kinds is not None:
+        tasks = load_source(cfg.source).tasks
+        unknown = set(cfg.train_kinds) - {task_kind(tasks[t]) for t in ids}
+        if unknown:
+            raise ValueError(f"train_kinds: no task of kind(s) {sorted(unknown)} in {cfg.source!r} {cfg.train_split}")
+        ids = [t for t in ids if task_kind(tasks[t]) in cfg.train_kinds]
+    drawn = cfg.sample_groups or cfg.groups_per_step
+    if drawn > len(ids):
+        raise ValueError(f"a step draws {drawn} distinct tasks, but only {len(ids)} are trained on")
+    return ids
 
 
 def validation_tasks(cfg: TrainConfig) -> list[str]:
@@ -150,6 +160,18 @@ def informative_groups(rollouts, group_size: int, limit: int) -> list:
     return [r for g in keep for r in g]
 
 
+def write_tasks_with_spread(train_rows: list[dict], source: str, k: int) -> list[str]:
+    """The first `k` distinct write tasks (`evaluate.is_write_task`) whose group had reward spread
+    in a run's train rows (their `tasks` and `group_rewards`), in step order: where that run's
+    policy sometimes did the job and sometimes not, so GRPO had something to learn from."""
+    tasks, found = load_source(source).tasks, []
+    for row in train_rows:
+        for tid, rewards in zip(row["tasks"], row["group_rewards"]):
+            if len(set(rewards)) > 1 and is_write_task(tasks[tid]) and tid not in found:
+                found.append(tid)
+    return found[:k]
+
+
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """The learning rate of GRPO step `step` (1-based): `lr` * step / `warmup_steps` during the
     warmup, then `lr` (Adam's first updates move every weight by about lr whatever its gradient)."""
@@ -164,7 +186,10 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
     if scores_without_pads(policy.model):  # same log-probs, fewer positions to score
         rollouts = [without_pads(r) for r in rollouts]
     batch = collate(rollouts, pad_id)
-    adv = group_advantages(batch["reward"], cfg.group_size, norm_by_std=cfg.norm_adv_by_std)
+    rewards = batch["reward"]
+    if cfg.shuffle_rewards:  # the control without signal: which episode of a group counts as good is random
+        rewards = permute_within_groups(rewards, cfg.group_size, rng)
+    adv = group_advantages(rewards, cfg.group_size, norm_by_std=cfg.norm_adv_by_std)
     model = policy.model
     model.train()
     sums, n_mb, n_tok = {}, 0, 0

@@ -129,6 +129,56 @@ def test_train_kinds_restricts_the_training_tasks_and_refuses_unknown_kinds():
         train_mod.training_tasks(TrainConfig.from_profile("smoke", train_kinds=["teleport"]))
 
 
+def test_train_tasks_fixes_the_training_tasks_and_refuses_unknown_ids_or_too_few():
+    cfg = TrainConfig.from_profile("smoke", train_tasks=["refuse_000", "cancel_001", "cancel_000"])
+    assert train_mod.training_tasks(cfg) == ["refuse_000", "cancel_001", "cancel_000"]
+    both = TrainConfig.from_profile("smoke", train_tasks=["refuse_000", "cancel_001", "cancel_000"],
+                                    train_kinds=["cancel"])
+    assert train_mod.training_tasks(both) == ["cancel_001", "cancel_000"]
+    with pytest.raises(ValueError, match="train_tasks"):
+        train_mod.training_tasks(TrainConfig.from_profile("smoke", train_tasks=["cancel_000", "teleport_9"]))
+    with pytest.raises(ValueError, match="train_tasks"):
+        train_mod.training_tasks(TrainConfig.from_profile("smoke", train_tasks=[]))
+    with pytest.raises(ValueError, match="draws 2 distinct tasks"):   # the smoke profile rolls out 2 groups a step
+        train_mod.training_tasks(TrainConfig.from_profile("smoke", train_tasks=["cancel_000"]))
+
+
+def test_a_run_on_fixed_tasks_draws_every_step_from_them(tmp_path, fake_rewards):
+    fixed = ["cancel_000", "refuse_000"]
+    train(TrainConfig.from_profile("smoke", **TINY, train_tasks=fixed), tmp_path, seed=0, log=lambda m: None)
+    tr = [r for r in read_metrics(tmp_path) if r["kind"] == "train"]
+    assert [sorted(r["tasks"]) for r in tr] == [fixed, fixed]
+
+
+def test_write_tasks_with_spread_takes_the_first_write_tasks_whose_group_had_spread():
+    rows = [{"tasks": ["refuse_000", "cancel_000", "cancel_001"], "group_rewards": [[0, 1], [1, 1], [0, 1]]},
+            {"tasks": ["cancel_000", "cancel_001", "modify_address_000"], "group_rewards": [[1, 0], [1, 0], [0, 1]]}]
+    assert train_mod.write_tasks_with_spread(rows, "mini", 5) == ["cancel_001", "cancel_000", "modify_address_000"]
+    assert train_mod.write_tasks_with_spread(rows, "mini", 1) == ["cancel_001"]
+
+
+def test_shuffled_rewards_reach_the_advantages_permuted_within_their_groups(micro_policy, monkeypatch):
+    """The control without signal: the advantages are computed from each group's own rewards in
+    another order (the same multiset per group), and the real order is left alone otherwise."""
+    from sinkflex_lib.rl.rollout import RolloutConfig, rollout_batch
+
+    seen, real = [], train_mod.group_advantages
+    monkeypatch.setattr(train_mod, "group_advantages", lambda r, *a, **k: seen.append(r.clone()) or real(r, *a, **k))
+    rs = rollout_batch(micro_policy, [("cancel_000", 0)] * 8, RolloutConfig(max_turns=1, max_tokens=400, max_new_tokens=4),
+                       torch.Generator().manual_seed(1))
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    for r, x in zip(rs, rewards):
+        r.reward = x
+    for shuffle in (False, True):
+        cfg = TrainConfig.from_profile("smoke", group_size=4, minibatch_size=8, shuffle_rewards=shuffle, lr=0.0)
+        opt = torch.optim.SGD(micro_policy.model.parameters(), lr=0.0)
+        train_mod.grpo_update(micro_policy, opt, rs, cfg, np.random.default_rng(3))
+    plain, shuffled = seen
+    assert plain.tolist() == rewards and [r.reward for r in rs] == rewards
+    assert shuffled.tolist() != rewards
+    assert [sorted(shuffled[k:k + 4].tolist()) for k in (0, 4)] == [sorted(rewards[k:k + 4]) for k in (0, 4)]
+
+
 def test_validation_on_a_split_takes_every_task_of_it():
     cfg = TrainConfig.from_profile("smoke", val_source="mini", val_split="test")
     from sinkflex_lib.envs import RetailEnv
