@@ -85,6 +85,13 @@ class TrainConfig:
         paper = paper_setup(policy_dir) if profile == "gpu" else {}
         return cls(**{**PROFILES[profile], **paper, "profile": profile, **overrides})
 
+    def on_fixed_tasks(self, tasks: list, steps: int, shuffle_rewards: bool = False) -> "TrainConfig":
+        """This config trained on exactly `tasks`, every one of them every step (a group each, new
+        user seeds each step), for `steps` steps, validated at its start and end; with
+        `shuffle_rewards`, the control without signal of the same run."""
+        return dataclasses.replace(self, train_tasks=list(tasks), groups_per_step=len(tasks), sample_groups=None,
+                                   steps=steps, val_every=steps, ckpt_every=steps, shuffle_rewards=shuffle_rewards)
+
     def rollout_config(self, temperature: float | None = None) -> RolloutConfig:
         return RolloutConfig(max_turns=self.max_turns, max_tokens=self.max_tokens,
                              max_new_tokens=self.max_new_tokens,

@@ -143,11 +143,14 @@ def test_train_tasks_fixes_the_training_tasks_and_refuses_unknown_ids_or_too_few
         train_mod.training_tasks(TrainConfig.from_profile("smoke", train_tasks=["cancel_000"]))
 
 
-def test_a_run_on_fixed_tasks_draws_every_step_from_them(tmp_path, fake_rewards):
-    fixed = ["cancel_000", "refuse_000"]
-    train(TrainConfig.from_profile("smoke", **TINY, train_tasks=fixed), tmp_path, seed=0, log=lambda m: None)
-    tr = [r for r in read_metrics(tmp_path) if r["kind"] == "train"]
-    assert [sorted(r["tasks"]) for r in tr] == [fixed, fixed]
+def test_a_run_on_fixed_tasks_trains_on_all_of_them_every_step(tmp_path, fake_rewards):
+    fixed = ["cancel_000", "refuse_000", "cancel_001"]
+    cfg = TrainConfig.from_profile("smoke", **TINY, sample_groups=2).on_fixed_tasks(fixed, 2, shuffle_rewards=True)
+    assert (cfg.groups_per_step, cfg.sample_groups, cfg.shuffle_rewards, cfg.val_every) == (3, None, True, 2)
+    train(cfg, tmp_path, seed=0, log=lambda m: None)
+    rows = read_metrics(tmp_path)
+    assert [sorted(r["tasks"]) for r in rows if r["kind"] == "train"] == [sorted(fixed)] * 2
+    assert [r["step"] for r in rows if r["kind"] == "val"] == [0, 2] and rows[0]["shuffle_rewards"] is True
 
 
 def test_write_tasks_with_spread_takes_the_first_write_tasks_whose_group_had_spread():
