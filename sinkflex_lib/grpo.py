@@ -97,7 +97,6 @@ def group_advantages(rewards, group_size: int, norm_by_std: bool = True, eps: fl
     return adv.reshape(-1)
 
 
-
 def permute_within_groups(rewards, group_size: int, rng):
     """A control without signal: each group's rewards in a random order (numpy Generator `rng`).
 
@@ -110,6 +109,7 @@ def permute_within_groups(rewards, group_size: int, rng):
         raise ValueError(f"rewards ({tuple(r.shape)}) must be 1-D groups of {group_size}")
     order = torch.as_tensor(np.stack([rng.permutation(group_size) for _ in range(r.numel() // group_size)]))
     return torch.gather(r.view(-1, group_size), 1, order).reshape(-1)
+
 
 # -- KL and aggregation ---------------------------------------------------------------------
 

@@ -63,6 +63,21 @@ def test_an_old_entry_without_a_device_is_not_given_another_runs(tmp_path):
     assert all(e["from_earlier_run"] and e["git"]["commit"] == "abc" for e in kept)
 
 
+def test_the_committed_cpu_run_is_one_clean_run_of_every_notebook():
+    """The committed notebooks are the executed copies of one `reproduce --profile cpu` run on a
+    clean tree at one commit (not a patchwork of partial runs)."""
+    runs = reproduce.RUNS_DIR / "cpu"
+    manifest = json.loads((runs / "manifest.json").read_text())
+    names = [e["notebook"] for e in manifest["notebooks"]]
+    assert names == sorted(nb.name for nb in reproduce.find_notebooks(None, reproduce.NOTEBOOKS_DIR))
+    assert manifest["git"]["commit"] and manifest["git"]["dirty"] is False
+    for e in manifest["notebooks"]:
+        assert e["status"] == "ok" and "from_earlier_run" not in e, e["notebook"]
+        assert e["git"] == manifest["git"] and e["device"] == manifest["device"], e["notebook"]
+        committed = (reproduce.NOTEBOOKS_DIR / e["notebook"]).read_bytes()
+        assert committed == (runs / e["notebook"]).read_bytes(), f"{e['notebook']} differs from the run's copy"
+
+
 def test_failure_names_notebook_and_cell_and_exits_nonzero(tmp_path, capsys):
     nbs = tmp_path / "nbs"
     nbs.mkdir()
