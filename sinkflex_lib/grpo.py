@@ -107,8 +107,8 @@ def permute_within_groups(rewards, group_size: int, rng):
     r = torch.as_tensor(rewards)
     if r.dim() != 1 or group_size < 1 or r.numel() % group_size:
         raise ValueError(f"rewards ({tuple(r.shape)}) must be 1-D groups of {group_size}")
-    order = torch.as_tensor(np.stack([rng.permutation(group_size) for _ in range(r.numel() // group_size)]))
-    return torch.gather(r.view(-1, group_size), 1, order).reshape(-1)
+    order = np.stack([rng.permutation(group_size) for _ in range(r.numel() // group_size)])
+    return torch.gather(r.reshape(-1, group_size), 1, torch.as_tensor(order, device=r.device)).reshape(-1)
 
 
 # -- KL and aggregation ---------------------------------------------------------------------

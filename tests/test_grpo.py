@@ -390,5 +390,7 @@ def test_permute_within_groups_keeps_each_groups_rewards_and_draws_every_order()
     assert len(orders) == 6                                         # all 3! orders of a group occur
     again = [permute_within_groups(rewards, 3, np.random.default_rng(7)) for _ in range(2)]
     assert torch.equal(*again)                                      # seeded: reproducible
+    strided = torch.arange(12.0)[::2]                               # not contiguous
+    assert sorted(permute_within_groups(strided, 3, np.random.default_rng(0)).tolist()[:3]) == [0.0, 2.0, 4.0]
     with pytest.raises(ValueError, match="groups of 4"):
         permute_within_groups(rewards, 4, np.random.default_rng(0))

@@ -86,25 +86,33 @@ def _rollout_metrics(rollouts, group_size: int) -> dict:
 
 
 def training_tasks(cfg: TrainConfig) -> list[str]:
-    """The task ids of `train_split` of `source`; only those of `train_kinds` when set (an
-    unknown kind is refused), or exactly `train_tasks` when set (an unknown id is refused)."""
+    """The task ids of `train_split` of `source`, or exactly `train_tasks` when set (unknown,
+    repeated or validation ids are refused); of those, only the kinds in `train_kinds` when set (an
+    unknown kind is refused)."""
     if cfg.train_tasks is not None:
-        known = set(RetailEnv(cfg.source).task_ids(None))
-        unknown = [t for t in cfg.train_tasks if t not in known]
-        if unknown or not cfg.train_tasks:
-            raise ValueError(f"train_tasks: {unknown or 'empty'}: not task ids of {cfg.source!r}")
-        ids = list(cfg.train_tasks)
+        ids = _fixed_training_tasks(cfg)
     else:
         ids = RetailEnv(cfg.source).task_ids(cfg.train_split)
     if cfg.train_kinds is not None:
         tasks = load_source(cfg.source).tasks
         unknown = set(cfg.train_kinds) - {task_kind(tasks[t]) for t in ids}
         if unknown:
-            raise ValueError(f"train_kinds: no task of kind(s) {sorted(unknown)} in {cfg.source!r} {cfg.train_split}")
+            raise ValueError(f"train_kinds: no task of kind(s) {sorted(unknown)} among the training tasks of {cfg.source!r}")
         ids = [t for t in ids if task_kind(tasks[t]) in cfg.train_kinds]
     drawn = cfg.sample_groups or cfg.groups_per_step
     if drawn > len(ids):
         raise ValueError(f"a step draws {drawn} distinct tasks, but only {len(ids)} are trained on")
+    return ids
+
+
+def _fixed_training_tasks(cfg: TrainConfig) -> list[str]:
+    ids = list(cfg.train_tasks)
+    unknown = [t for t in ids if t not in set(RetailEnv(cfg.source).task_ids(None))]
+    if unknown or not ids or len(set(ids)) < len(ids):
+        raise ValueError(f"train_tasks must be distinct task ids of {cfg.source!r}, got {ids}")
+    held_out = set(ids) & set(validation_tasks(cfg)) if cfg.val_source == cfg.source else set()
+    if held_out:
+        raise ValueError(f"train_tasks: {sorted(held_out)} are validation tasks")
     return ids
 
 
@@ -165,7 +173,7 @@ def write_tasks_with_spread(train_rows: list[dict], source: str, k: int) -> list
     in a run's train rows (their `tasks` and `group_rewards`), in step order: where that run's
     policy sometimes did the job and sometimes not, so GRPO had something to learn from."""
     tasks, found = load_source(source).tasks, []
-    for row in train_rows:
+    for row in (r for r in train_rows if r.get("kind", "train") == "train"):
         for tid, rewards in zip(row["tasks"], row["group_rewards"]):
             if len(set(rewards)) > 1 and is_write_task(tasks[tid]) and tid not in found:
                 found.append(tid)
@@ -188,7 +196,7 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
     batch = collate(rollouts, pad_id)
     rewards = batch["reward"]
     if cfg.shuffle_rewards:  # the control without signal: which episode of a group counts as good is random
-        rewards = permute_within_groups(rewards, cfg.group_size, rng)
+        rewards = permute_within_groups(rewards, cfg.group_size, rng)   # (so its minibatch order differs too)
     adv = group_advantages(rewards, cfg.group_size, norm_by_std=cfg.norm_adv_by_std)
     model = policy.model
     model.train()

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -137,8 +139,16 @@ def test_train_tasks_fixes_the_training_tasks_and_refuses_unknown_ids_or_too_few
     assert train_mod.training_tasks(both) == ["cancel_001", "cancel_000"]
     with pytest.raises(ValueError, match="train_tasks"):
         train_mod.training_tasks(TrainConfig.from_profile("smoke", train_tasks=["cancel_000", "teleport_9"]))
-    with pytest.raises(ValueError, match="train_tasks"):
-        train_mod.training_tasks(TrainConfig.from_profile("smoke", train_tasks=[]))
+    for bad in ([], ["cancel_000", "cancel_000", "refuse_000"]):
+        with pytest.raises(ValueError, match="train_tasks"):
+            train_mod.training_tasks(TrainConfig.from_profile("smoke", train_tasks=bad))
+    same_world = TrainConfig.from_profile("smoke", val_source="mini", val_tasks=11)
+    held_out = train_mod.validation_tasks(same_world)[:2]
+    with pytest.raises(ValueError, match="validation tasks"):
+        train_mod.training_tasks(dataclasses.replace(same_world, train_tasks=held_out))
+    with pytest.raises(ValueError, match="draws 8 distinct tasks"):   # through train_kinds too
+        train_mod.training_tasks(TrainConfig.from_profile("smoke", sample_groups=8, train_tasks=[
+            "cancel_000", "cancel_001", "refuse_000"] + [f"refuse_00{i}" for i in range(1, 6)], train_kinds=["refuse"]))
     with pytest.raises(ValueError, match="draws 2 distinct tasks"):   # the smoke profile rolls out 2 groups a step
         train_mod.training_tasks(TrainConfig.from_profile("smoke", train_tasks=["cancel_000"]))
 
@@ -151,6 +161,7 @@ def test_a_run_on_fixed_tasks_trains_on_all_of_them_every_step(tmp_path, fake_re
     rows = read_metrics(tmp_path)
     assert [sorted(r["tasks"]) for r in rows if r["kind"] == "train"] == [sorted(fixed)] * 2
     assert [r["step"] for r in rows if r["kind"] == "val"] == [0, 2] and rows[0]["shuffle_rewards"] is True
+    assert cfg.on_fixed_tasks(fixed[:2], 5).shuffle_rewards is False
 
 
 def test_write_tasks_with_spread_takes_the_first_write_tasks_whose_group_had_spread():
@@ -158,6 +169,7 @@ def test_write_tasks_with_spread_takes_the_first_write_tasks_whose_group_had_spr
             {"tasks": ["cancel_000", "cancel_001", "modify_address_000"], "group_rewards": [[1, 0], [1, 0], [0, 1]]}]
     assert train_mod.write_tasks_with_spread(rows, "mini", 5) == ["cancel_001", "cancel_000", "modify_address_000"]
     assert train_mod.write_tasks_with_spread(rows, "mini", 1) == ["cancel_001"]
+    assert train_mod.write_tasks_with_spread([{"kind": "val", "step": 0}] + rows, "mini", 1) == ["cancel_001"]
 
 
 def test_shuffled_rewards_reach_the_advantages_permuted_within_their_groups(micro_policy, monkeypatch):
