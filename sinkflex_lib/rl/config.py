@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import math
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,3 +163,43 @@ def int_arg(low: int, high: int | None = None):
 
 
 SEED = int_arg(0, 2**32 - 1)  # numpy's seed range
+
+
+def field_value(item: str) -> tuple[str, object]:
+    """A command line's FIELD=VALUE as (FIELD, VALUE read as JSON, else kept as a string)."""
+    name, sep, value = item.partition("=")
+    if not sep or not name:
+        raise ValueError(f"expected FIELD=VALUE, got {item!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
+def _fits(value, kind) -> bool:
+    """`value` is a valid TrainConfig value of type `kind`: integers >= 1 (every int field is a
+    count), finite numbers for floats, and the type itself otherwise."""
+    if kind in (bool, type(None)) or isinstance(value, bool):
+        return type(value) is kind
+    if kind is int:
+        return isinstance(value, int) and value >= 1
+    if kind is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, kind)
+
+
+def train_config_overrides(items: list[str]) -> dict:
+    """--set FIELD=VALUE items as TrainConfig overrides, each checked against its field's type;
+    ValueError naming the field otherwise."""
+    hints = typing.get_type_hints(TrainConfig)
+    over = {}
+    for name, value in map(field_value, items):
+        if name not in hints:
+            raise ValueError(f"--set {name}: not a TrainConfig field; fields: {', '.join(hints)}")
+        kinds = typing.get_args(hints[name]) if isinstance(hints[name], types.UnionType) else (hints[name],)
+        if not any(_fits(value, kind) for kind in kinds):
+            want = " or ".join("null" if k is type(None) else "an integer >= 1" if k is int else k.__name__
+                               for k in kinds)
+            raise ValueError(f"--set {name}: expected {want}, got {value!r}")
+        over[name] = float(value) if kinds == (float,) else value
+    return over

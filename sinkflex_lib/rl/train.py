@@ -1,6 +1,6 @@
 """GRPO trainer: warm start, then rollouts -> rewards -> group advantages -> clipped updates.
 
-    python -m sinkflex_lib.rl.train --profile smoke|cpu|gpu --seed S --out DIR [--resume]
+    python -m sinkflex_lib.rl.train --profile smoke|cpu|gpu --seed S --out DIR [--resume] [--set FIELD=VALUE ...]
 
 or `train(TrainConfig.from_profile("cpu"), out_dir, seed)` (a :class:`TrainResult`; the
 config and its profiles live in :mod:`.config`). Per GRPO step (`grpo_step`): sample
@@ -52,7 +52,7 @@ from ..grpo import group_advantages, grpo_loss, permute_within_groups
 from ..envs.data import load_source
 from .evaluate import all_baselines, balanced_task_ids, is_write_task, summarize, task_kind
 from ..machine import ThreadPicker, peak_memory_gb
-from .config import PROFILES, SEED, TrainConfig, int_arg
+from .config import PROFILES, SEED, TrainConfig, int_arg, train_config_overrides
 from .policy import build_policy, num_parameters
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
                        save_checkpoint)
@@ -471,8 +471,15 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--policy", default=None, help="a preset, shipped checkpoint or local HF directory "
                     "(a gpt-oss directory runs in Harmony); default: the profile's")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override a TrainConfig field (VALUE read as JSON), e.g. --set beta=0.5 "
+                         "--set shuffle_rewards=true (the control without signal)")
     args = ap.parse_args(argv)
-    over, policy_dir = {}, None             # policy_dir None: $SINKFLEX_POLICY decides (gpu profile)
+    try:
+        over = train_config_overrides(args.set)
+    except ValueError as e:
+        ap.error(str(e))
+    policy_dir = None                       # None: $SINKFLEX_POLICY decides (gpu profile)
     if args.policy is not None:             # a local model on the gpu profile: the paper's setup
         over["policy"] = args.policy
         policy_dir = args.policy if Path(args.policy).is_dir() else ""

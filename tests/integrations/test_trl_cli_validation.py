@@ -4,7 +4,7 @@ warm start or anything else runs (issue 14)."""
 import pytest
 
 from sinkflex_lib.integrations.trl import trainer
-from sinkflex_lib.integrations.trl.__main__ import main, train_config_overrides
+from sinkflex_lib.integrations.trl.__main__ import main
 
 
 @pytest.fixture
@@ -45,14 +45,6 @@ def test_bad_integer_flags_are_refused(flag, no_training, tmp_path, capsys):
 def test_unknown_trl_field_is_refused_before_the_warm_start(no_training, tmp_path, capsys):
     run(tmp_path, "--trl", "no_such_field=1")
     assert "unknown GRPOConfig field(s) ['no_such_field']" in capsys.readouterr().err
-
-
-def test_good_values_are_taken_with_their_field_types():
-    over = train_config_overrides(["lr=1", "sample_groups=null", "source=mini", "threads=2",
-                                   "policy_overrides={\"hidden_size\": 64}"])
-    assert over == {"lr": 1.0, "sample_groups": None, "source": "mini", "threads": 2,
-                    "policy_overrides": {"hidden_size": 64}}
-    assert isinstance(over["lr"], float)
 
 
 def test_trl_path_refuses_bf16_and_two_lora_ranks(tmp_path):

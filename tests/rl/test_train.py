@@ -284,6 +284,22 @@ def test_policy_flag_on_the_gpu_profile(tmp_path, monkeypatch):
         assert (cfg.policy, cfg.chat_format, cfg.lora) == (policy, fmt, lora)
 
 
+def test_set_flag_overrides_config_fields_and_refuses_bad_ones(tmp_path, monkeypatch, capsys):
+    seen = {}
+
+    def stop_before_training(cfg, *args, **kwargs):
+        seen["cfg"] = cfg
+        raise SystemExit(0)
+
+    monkeypatch.setattr(train_mod, "train", stop_before_training)
+    with pytest.raises(SystemExit):
+        train_mod.main(["--profile", "smoke", "--out", str(tmp_path), "--set", "beta=0.5", "--set", "shuffle_rewards=true"])
+    assert (seen["cfg"].beta, seen["cfg"].shuffle_rewards) == (0.5, True)
+    with pytest.raises(SystemExit) as err:
+        train_mod.main(["--profile", "smoke", "--out", str(tmp_path), "--set", "shuffle_rewards=maybe"])
+    assert err.value.code == 2 and "shuffle_rewards: expected bool" in capsys.readouterr().err
+
+
 def test_summary_of_a_harmony_result_leaves_the_policy_out():
     pytest.importorskip("openai_harmony")
     from sinkflex_lib.rl.policy import build_policy

@@ -14,54 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import types
-import typing
 from pathlib import Path
 
 from ...machine import THREADS_HELP
-from ...rl.config import PROFILES, SEED, TrainConfig, int_arg
+from ...rl.config import PROFILES, SEED, field_value, int_arg, train_config_overrides
 from .rollout import DECODE_MODES
-
-
-def _field(item: str) -> tuple[str, object]:
-    name, sep, value = item.partition("=")
-    if not sep or not name:
-        raise SystemExit(f"--set and --trl expect FIELD=VALUE, got {item!r}")
-    try:
-        return name, json.loads(value)
-    except json.JSONDecodeError:
-        return name, value
-
-
-def _fits(value, kind) -> bool:
-    """`value` is a valid TrainConfig value of type `kind`: integers >= 1 (every int field is a
-    count), finite numbers for floats, and the type itself otherwise."""
-    if kind in (bool, type(None)) or isinstance(value, bool):
-        return type(value) is kind
-    if kind is int:
-        return isinstance(value, int) and value >= 1
-    if kind is float:
-        return isinstance(value, (int, float)) and math.isfinite(value)
-    return isinstance(value, kind)
-
-
-def train_config_overrides(items: list[str]) -> dict:
-    """--set FIELD=VALUE items as TrainConfig overrides, each checked against its field's type;
-    ValueError naming the field otherwise."""
-    hints = typing.get_type_hints(TrainConfig)
-    over = {}
-    for name, value in map(_field, items):
-        if name not in hints:
-            raise ValueError(f"--set {name}: not a TrainConfig field; fields: {', '.join(hints)}")
-        kinds = typing.get_args(hints[name]) if isinstance(hints[name], types.UnionType) else (hints[name],)
-        if not any(_fits(value, kind) for kind in kinds):
-            want = " or ".join("null" if k is type(None) else "an integer >= 1" if k is int else k.__name__
-                               for k in kinds)
-            raise ValueError(f"--set {name}: expected {want}, got {value!r}")
-        over[name] = float(value) if kinds == (float,) else value
-    return over
 
 
 def _print(message: str) -> None:
@@ -98,7 +56,10 @@ def main(argv=None) -> int:
         cfg = trl_profile(args.profile, **train_config_overrides(args.set + flags))
     except ValueError as e:
         ap.error(str(e))
-    grpo_over = dict(_field(item) for item in args.trl)
+    try:
+        grpo_over = dict(field_value(item) for item in args.trl)
+    except ValueError as e:
+        ap.error(f"--trl: {e}")
     state = distributed_state()
     try:
         try:  # the GRPOConfig of the run: unknown --trl fields and bad geometry fail here
