@@ -19,6 +19,7 @@ sockets in a temporary folder (`ipc_kernel_manager`), not loopback TCP.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -107,7 +108,31 @@ def device_description() -> dict:
     return info
 
 
+RUN_GIT_ENV = "SINKFLEX_RUN_GIT"   # set by `run` for its notebooks: the tree's state when the run began
+
+
+@contextlib.contextmanager
+def _run_git(git: dict):
+    """RUN_GIT_ENV set to `git` while a run's notebooks execute (their kernels inherit it), then
+    restored."""
+    before = os.environ.get(RUN_GIT_ENV)
+    os.environ[RUN_GIT_ENV] = json.dumps(git)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(RUN_GIT_ENV, None)
+        else:
+            os.environ[RUN_GIT_ENV] = before
+
+
 def git_commit() -> dict:
+    """The checkout's commit and whether its tree is dirty. Inside a `run` (its notebooks' kernels
+    inherit RUN_GIT_ENV) the state when the run began: by the time a notebook asks, the run's own
+    outputs (figures, executed notebooks) have changed the tree, and that is not a code change."""
+    if os.environ.get(RUN_GIT_ENV):
+        return json.loads(os.environ[RUN_GIT_ENV])
+
     def git(*args):
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
 
@@ -156,21 +181,22 @@ def run(profile: str, only: list[str] | None = None, update_notebooks: bool = Fa
     sockets = tempfile.TemporaryDirectory(prefix="sinkflex-kernel-")   # removed when the run ends
     manager = {"kernel_manager_class": ipc_kernel_manager(sockets.name)} if os.name == "posix" else {}
     failed = []
-    for i, nb in enumerate(notebooks, 1):
-        print(f"[{i}/{len(notebooks)}] {nb.name} (profile {profile}) ...", flush=True)
-        entry = {"notebook": nb.name, "git": manifest["git"], "device": manifest["device"],
-                 "parameters": notebook_parameters(nb, profile)}
-        entry.update(_execute(papermill, nb, out_dir, kernel, notebooks_dir, manager))
-        manifest["notebooks"].append(entry)
-        _write_manifest(out_dir, manifest, total_start, kept)   # after every notebook: nothing lost on a crash
-        if entry["status"] == "failed":
-            failed.append(nb.name)
-            print(f"FAILED {nb.name}, {entry['error']}\n  executed copy with the traceback: {out_dir / nb.name}",
-                  file=sys.stderr, flush=True)
-            continue
-        print(f"      done in {entry['wall_seconds']:.1f} s", flush=True)
-        if update_notebooks:
-            shutil.copyfile(out_dir / nb.name, nb)
+    with _run_git(manifest["git"]):   # what a notebook's git_commit() reports
+        for i, nb in enumerate(notebooks, 1):
+            print(f"[{i}/{len(notebooks)}] {nb.name} (profile {profile}) ...", flush=True)
+            entry = {"notebook": nb.name, "git": manifest["git"], "device": manifest["device"],
+                     "parameters": notebook_parameters(nb, profile)}
+            entry.update(_execute(papermill, nb, out_dir, kernel, notebooks_dir, manager))
+            manifest["notebooks"].append(entry)
+            _write_manifest(out_dir, manifest, total_start, kept)   # after every notebook: nothing lost on a crash
+            if entry["status"] == "failed":
+                failed.append(nb.name)
+                print(f"FAILED {nb.name}, {entry['error']}\n  executed copy with the traceback: {out_dir / nb.name}",
+                      file=sys.stderr, flush=True)
+                continue
+            print(f"      done in {entry['wall_seconds']:.1f} s", flush=True)
+            if update_notebooks:
+                shutil.copyfile(out_dir / nb.name, nb)
     path = _write_manifest(out_dir, manifest, total_start, kept)
     if failed:
         print(f"{len(failed)} of {len(notebooks)} notebooks failed ({', '.join(failed)}); the others ran"

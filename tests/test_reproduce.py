@@ -37,6 +37,20 @@ def test_runs_notebooks_and_writes_a_manifest(tmp_path, capsys):
     assert "[2/2] 02_b.ipynb" in capsys.readouterr().out
 
 
+def test_a_notebook_sees_the_git_state_of_the_run_not_its_outputs(tmp_path, monkeypatch):
+    """git_commit() inside a run's notebook is the state when the run began (the run's own outputs
+    dirty the tree as it goes); outside a run it asks git again."""
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    write_notebook(nbs / "01_a.ipynb", "from sinkflex_lib.reproduce import git_commit\nprint(git_commit())")
+    monkeypatch.setattr(reproduce, "git_commit", lambda: {"commit": "abc123", "dirty": False})
+    monkeypatch.delenv(reproduce.RUN_GIT_ENV, raising=False)
+    reproduce.run("smoke", notebooks_dir=nbs, runs_dir=tmp_path / "runs")
+    executed = nbformat.read(tmp_path / "runs" / "smoke" / "01_a.ipynb", as_version=4)
+    assert executed.cells[1].outputs[0]["text"] == "{'commit': 'abc123', 'dirty': False}\n"
+    assert reproduce.RUN_GIT_ENV not in os.environ
+
+
 def test_partial_run_keeps_the_other_notebooks_entries(tmp_path):
     nbs = tmp_path / "nbs"
     nbs.mkdir()
