@@ -106,8 +106,8 @@ def training_tasks(cfg: TrainConfig) -> list[str]:
 
 
 def _fixed_training_tasks(cfg: TrainConfig) -> list[str]:
-    ids = list(cfg.train_tasks)
-    unknown = [t for t in ids if t not in set(RetailEnv(cfg.source).task_ids(None))]
+    ids, known = list(cfg.train_tasks), set(RetailEnv(cfg.source).task_ids(None))
+    unknown = [t for t in ids if t not in known]
     if unknown or not ids or len(set(ids)) < len(ids):
         raise ValueError(f"train_tasks must be distinct task ids of {cfg.source!r}, got {ids}")
     held_out = set(ids) & set(validation_tasks(cfg)) if cfg.val_source == cfg.source else set()
