@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..machine import THREADS_HELP
+from ..rl.config import int_arg
 from .analytic import attention_memory
 from .memory import BACKENDS, CONFIGS, DEVICES, DTYPES, run_memory_sweep
 
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="directory for bench_rl.csv and bench_rl.md")
     r.add_argument("--compete", type=int, default=0,
                    help="also time the rollout and updates beside this many single-thread busy processes (default 0)")
-    r.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    r.add_argument("--threads", type=int_arg(1), default=None, help=THREADS_HELP)
     return ap
 
 

@@ -79,6 +79,13 @@ def test_busy_rows_beside_competing_processes():
     assert "the busy rows beside 1 competing" in lines[-1] and "competing" not in environment_line("cpu")
 
 
+def test_cli_refuses_zero_threads_before_anything_runs(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["rl", "--policy", "micro", "--threads", "0"])
+    assert exit_.value.code == 2
+    assert "expected an integer in [1, inf], got '0'" in capsys.readouterr().err
+
+
 def test_cli_rejects_a_negative_compete(capsys):
     assert main(["rl", "--policy", "micro", "--compete", "-1"]) == 2
     assert "compete must be >= 0" in capsys.readouterr().err
