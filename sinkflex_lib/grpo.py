@@ -151,27 +151,9 @@ def _agg(values, m, agg, norm_length):
 # -- the loss ------------------------------------------------------------------------------
 
 
-def grpo_loss(logp, old_logp, advantages, mask, ref_logp=None, clip_low: float = 0.2,
-              clip_high: float = 0.2, beta: float = 0.0, agg: str = "token-mean",
-              entropy=None, norm_length: float | None = None):
-    """Clipped GRPO loss (paper eqs. 4-7), to minimise.
-
-    logp (B, T): per-token log-probs of the sampled tokens under the policy being trained.
-    old_logp (B, T): the same under the policy that sampled them (constant).
-    advantages (B,): one per rollout, e.g. from `group_advantages` (constant).
-    mask (B, T): 1 on tokens the policy sampled, 0 elsewhere (prompt, tool, user, padding);
-        bool or 0/1 numbers.
-    ref_logp (B, T) or None: reference-policy log-probs; required when beta > 0.
-    clip_low, clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high].
-    beta: weight of the k3 KL term.
-    agg: one of AGG_MODES; norm_length: the Dr. GRPO constant (default T).
-    entropy (B, T) or None: per-token policy entropy, reported in the metrics only.
-
-    Returns (loss, metrics): loss is a 0-dim tensor; metrics is a dict of Python floats:
-    policy_loss (-agg(J)), clip_frac_low, clip_frac_high, ratio_mean (mask-1 token mean), and
-    when ref_logp is given kl (mask-1 token mean of k3) and kl_loss (agg(k3); loss =
-    policy_loss + beta * kl_loss), and when entropy is given entropy (mask-1 token mean).
-    """
+def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, clip_low, clip_high, beta, agg,
+                       entropy, norm_length) -> float:
+    """`grpo_loss`'s argument checks (ValueError on bad input); returns the resolved norm_length."""
     _check_agg(agg)
     if not isinstance(logp, torch.Tensor) or logp.dim() != 2 or not logp.is_floating_point():
         raise ValueError("logp must be a floating-point tensor of shape (B, T), got "
@@ -195,7 +177,32 @@ def grpo_loss(logp, old_logp, advantages, mask, ref_logp=None, clip_low: float =
         raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
-    norm_length = _check_norm_length(norm_length, shape[1])
+    return _check_norm_length(norm_length, shape[1])
+
+
+def grpo_loss(logp, old_logp, advantages, mask, ref_logp=None, clip_low: float = 0.2,
+              clip_high: float = 0.2, beta: float = 0.0, agg: str = "token-mean",
+              entropy=None, norm_length: float | None = None):
+    """Clipped GRPO loss (paper eqs. 4-7), to minimise.
+
+    logp (B, T): per-token log-probs of the sampled tokens under the policy being trained.
+    old_logp (B, T): the same under the policy that sampled them (constant).
+    advantages (B,): one per rollout, e.g. from `group_advantages` (constant).
+    mask (B, T): 1 on tokens the policy sampled, 0 elsewhere (prompt, tool, user, padding);
+        bool or 0/1 numbers.
+    ref_logp (B, T) or None: reference-policy log-probs; required when beta > 0.
+    clip_low, clip_high: the ratio is clipped to [1 - clip_low, 1 + clip_high].
+    beta: weight of the k3 KL term.
+    agg: one of AGG_MODES; norm_length: the Dr. GRPO constant (default T).
+    entropy (B, T) or None: per-token policy entropy, reported in the metrics only.
+
+    Returns (loss, metrics): loss is a 0-dim tensor; metrics is a dict of Python floats:
+    policy_loss (-agg(J)), clip_frac_low, clip_frac_high, ratio_mean (mask-1 token mean), and
+    when ref_logp is given kl (mask-1 token mean of k3) and kl_loss (agg(k3); loss =
+    policy_loss + beta * kl_loss), and when entropy is given entropy (mask-1 token mean).
+    """
+    norm_length = _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, clip_low, clip_high,
+                                     beta, agg, entropy, norm_length)
     m = _mask_bool(mask)
 
     dtype = torch.promote_types(logp.dtype, torch.float32)

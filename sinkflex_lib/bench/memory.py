@@ -273,6 +273,31 @@ def run_point_subprocess(spec: dict, timeout_s=None, poll_s: float = 0.005,
         return result
 
 
+def _sweep_meta(cfg, **meta) -> dict:
+    """The sweep's settings, a one-line summary of the model config and (CPU) the machine."""
+    meta["config_summary"] = (f"hidden {cfg.hidden_size}, {cfg.num_attention_heads} q heads, "
+                              f"{cfg.num_key_value_heads} kv heads, head dim {cfg.head_dim}, "
+                              f"window {cfg.sliding_window}, {cfg.num_local_experts} experts, "
+                              f"vocab {cfg.vocab_size}")
+    if meta["device"] == "cpu":
+        from .worker import cpu_name
+        meta["device_name"] = cpu_name()
+    return meta
+
+
+def _record_point(p: PointResult, r: dict, meta: dict) -> None:
+    """Copy a worker's result `r` into `p` (GB; peak and step time only when it ran) and the
+    versions and device name it reports into `meta` (a CPU sweep's own device name is kept)."""
+    p.status, p.note, p.pid, p.wall_s = r["status"], r.get("note", ""), r.get("pid"), r.get("wall_s")
+    gb = lambda key: None if r.get(key) is None else r[key] / 1e9  # noqa: E731
+    p.peak_gb = gb("peak") if p.status == "ok" else None
+    p.step_s = r.get("step_s") if p.status == "ok" else None
+    p.baseline_gb, p.process_peak_gb, p.reserved_gb = gb("baseline"), gb("process_peak"), gb("reserved")
+    for key in ("device_name", "torch", "transformers"):
+        if r.get(key) and (key != "device_name" or "device_name" not in meta):
+            meta[key] = r[key]
+
+
 def run_memory_sweep(backends=("eager", "blocked"), seqs=(1024, 2048, 4096, 8192), config: str = "micro",
                      layers: int | None = None, batch: int = 1, dtype: str = "float32", device: str = "cpu",
                      budget_gb: float | None = None, warmup: int = 1, steps: int = 3, out=None,
@@ -293,15 +318,8 @@ def run_memory_sweep(backends=("eager", "blocked"), seqs=(1024, 2048, 4096, 8192
     from ..models import gpt_oss_config
 
     cfg = gpt_oss_config(config, **({"num_hidden_layers": layers} if layers else {}))
-    meta = dict(device=device, config=config, layers=cfg.num_hidden_layers, batch=batch, dtype=dtype,
-                budget_gb=budget_gb, warmup=warmup, steps=steps,
-                config_summary=(f"hidden {cfg.hidden_size}, {cfg.num_attention_heads} q heads, "
-                                f"{cfg.num_key_value_heads} kv heads, head dim {cfg.head_dim}, "
-                                f"window {cfg.sliding_window}, {cfg.num_local_experts} experts, "
-                                f"vocab {cfg.vocab_size}"))
-    if device == "cpu":
-        from .worker import cpu_name
-        meta["device_name"] = cpu_name()
+    meta = _sweep_meta(cfg, device=device, config=config, layers=cfg.num_hidden_layers, batch=batch,
+                       dtype=dtype, budget_gb=budget_gb, warmup=warmup, steps=steps)
     points, failed = [], set()
     total = len(seqs) * len(backends)
     for seq in seqs:
@@ -318,15 +336,8 @@ def run_memory_sweep(backends=("eager", "blocked"), seqs=(1024, 2048, 4096, 8192
                             budget_bytes=int(budget_gb * 1e9) if budget_gb else None,
                             timing_mmap_threshold=(procmem.GLIBC_MAX_DYNAMIC_MMAP_THRESHOLD
                                                    if malloc_mmap_threshold is not None else None))
-                r = run_point_subprocess(spec, timeout_s=timeout_s, malloc_mmap_threshold=malloc_mmap_threshold)
-                p.status, p.note, p.pid, p.wall_s = r["status"], r.get("note", ""), r.get("pid"), r.get("wall_s")
-                gb = lambda key: None if r.get(key) is None else r[key] / 1e9  # noqa: E731
-                p.peak_gb = gb("peak") if p.status == "ok" else None
-                p.step_s = r.get("step_s") if p.status == "ok" else None
-                p.baseline_gb, p.process_peak_gb, p.reserved_gb = gb("baseline"), gb("process_peak"), gb("reserved")
-                for key in ("device_name", "torch", "transformers"):
-                    if r.get(key) and (key != "device_name" or "device_name" not in meta):
-                        meta[key] = r[key]
+                _record_point(p, run_point_subprocess(spec, timeout_s=timeout_s,
+                                                      malloc_mmap_threshold=malloc_mmap_threshold), meta)
                 if p.status == "oom":
                     failed.add(backend)
             points.append(p)

@@ -42,6 +42,65 @@ def cpu_name() -> str:
     return f"CPU: {cpu_model()}, {os.cpu_count()} cores"
 
 
+def _set_up_device(spec: dict, result: dict, device, budget):
+    """Pin the CUDA device and its memory fraction, or pick the CPU threads; names the device."""
+    import torch
+
+    if device.type == "cuda":
+        result["device_name"] = f"CUDA: {torch.cuda.get_device_name(device)}"
+        torch.cuda.set_device(device)
+        if budget:
+            total = torch.cuda.get_device_properties(device).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
+    else:
+        choose_threads(spec.get("threads"))
+        result["device_name"] = cpu_name() + f", torch threads {torch.get_num_threads()}"
+
+
+def _measure_cuda(step, spec: dict, result: dict, device) -> None:
+    """Warm-up steps, then each measured step's time and peak allocated memory."""
+    import torch
+
+    for _ in range(spec["warmup"]):
+        step()
+    for _ in range(spec["steps"]):
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result["baseline"] = torch.cuda.memory_allocated(device)
+        t0 = time.perf_counter()
+        result["loss"] = step()
+        torch.cuda.synchronize(device)
+        result["step_times"].append(time.perf_counter() - t0)
+        result["peaks"].append(torch.cuda.max_memory_allocated(device))
+        result["reserved"] = max(result.get("reserved", 0), torch.cuda.max_memory_reserved(device))
+
+
+def _measure_cpu(step, spec: dict, result: dict, check_budget) -> None:
+    """The first step measured for memory (it is the warm-up too), then the timed steps."""
+    # The parent started this process with glibc's mmap threshold fixed at 1 MiB, so freed tensors
+    # leave the resident set at once and VmHWM - baseline counts what the step holds, not what
+    # malloc kept.
+    check_budget()
+    procmem.release_free_memory()
+    result["baseline"] = base = procmem.rss_bytes()
+    procmem.reset_peak()
+    result["loss"] = step()
+    result["peaks"].append(procmem.peak_rss_bytes() - base)
+    check_budget()
+    # Then time the steps with glibc's usual steady state (heap reuse below 32 MiB), so the
+    # exact-memory setting does not add page faults to the step time.
+    if spec.get("timing_mmap_threshold"):
+        procmem.set_mmap_threshold(spec["timing_mmap_threshold"])
+    for _ in range(spec["warmup"]):
+        step()
+        check_budget()
+    for _ in range(spec["steps"]):
+        t0 = time.perf_counter()
+        result["loss"] = step()
+        result["step_times"].append(time.perf_counter() - t0)
+        check_budget()
+
+
 def run_point(spec: dict) -> dict:
     import torch
     import transformers
@@ -53,16 +112,7 @@ def run_point(spec: dict) -> dict:
     budget = spec.get("budget_bytes")
     result = {"status": "ok", "pid": os.getpid(), "torch": torch.__version__,
               "transformers": transformers.__version__, "step_times": [], "peaks": []}
-    if device.type == "cuda":
-        result["device_name"] = f"CUDA: {torch.cuda.get_device_name(device)}"
-        torch.cuda.set_device(device)
-        if budget:
-            total = torch.cuda.get_device_properties(device).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), device)
-    else:
-        choose_threads(spec.get("threads"))
-        result["device_name"] = cpu_name() + f", torch threads {torch.get_num_threads()}"
-
+    _set_up_device(spec, result, device, budget)
     overrides = {"num_hidden_layers": spec["layers"]} if spec.get("layers") else {}
     config = gpt_oss_config(spec["config"], **overrides)
     process_peak = 0
@@ -90,41 +140,9 @@ def run_point(spec: dict) -> dict:
             return float(out.loss.detach())
 
         if device.type == "cuda":
-            for _ in range(spec["warmup"]):
-                step()
-            for _ in range(spec["steps"]):
-                torch.cuda.synchronize(device)
-                torch.cuda.reset_peak_memory_stats(device)
-                result["baseline"] = torch.cuda.memory_allocated(device)
-                t0 = time.perf_counter()
-                result["loss"] = step()
-                torch.cuda.synchronize(device)
-                result["step_times"].append(time.perf_counter() - t0)
-                result["peaks"].append(torch.cuda.max_memory_allocated(device))
-                result["reserved"] = max(result.get("reserved", 0), torch.cuda.max_memory_reserved(device))
+            _measure_cuda(step, spec, result, device)
         else:
-            # The first step is measured for memory (and is the warm-up): the parent started this
-            # process with glibc's mmap threshold fixed at 1 MiB, so freed tensors leave the resident
-            # set at once and VmHWM - baseline counts what the step holds, not what malloc kept.
-            check_budget()
-            procmem.release_free_memory()
-            result["baseline"] = base = procmem.rss_bytes()
-            procmem.reset_peak()
-            result["loss"] = step()
-            result["peaks"].append(procmem.peak_rss_bytes() - base)
-            check_budget()
-            # Then time the steps with glibc's usual steady state (heap reuse below 32 MiB), so the
-            # exact-memory setting does not add page faults to the step time.
-            if spec.get("timing_mmap_threshold"):
-                procmem.set_mmap_threshold(spec["timing_mmap_threshold"])
-            for _ in range(spec["warmup"]):
-                step()
-                check_budget()
-            for _ in range(spec["steps"]):
-                t0 = time.perf_counter()
-                result["loss"] = step()
-                result["step_times"].append(time.perf_counter() - t0)
-                check_budget()
+            _measure_cpu(step, spec, result, check_budget)
     except BudgetExceeded as e:
         result.update(status="oom", note=str(e))
     except torch.OutOfMemoryError as e:

@@ -374,6 +374,31 @@ def _evaluate_and_keep(policy, cfg: PretrainConfig, out_dir: Path, step: int, lo
         f"(do-nothing {ev['do_nothing_mean_at_1']:.3f})")
 
 
+def _train_step(policy, opt, stream: EpisodeStream, cfg: PretrainConfig, step: int) -> dict:
+    """One optimizer step on `step`'s batch (plus its mixed-in induction and lookup rows, each
+    their own forward); returns its metrics row."""
+    ts, pad_id = time.perf_counter(), policy.pad_id
+    examples, phase = stream.batch(step)
+    batch, mixed = collate(examples, pad_id), stream.mixed_induction(step)
+    for g in opt.param_groups:
+        g["lr"] = lr_at(cfg, step)
+    policy.model.train()
+    loss, agent_loss = weighted_loss(policy, batch)
+    if mixed:    # a separate forward: short rows padded to an episode's length would waste compute
+        loss = loss + weighted_loss(policy, collate(mixed, pad_id))[0]
+    looks = stream.mixed_lookups(step)
+    if looks:
+        loss = loss + weighted_loss(policy, collate(looks, pad_id))[0]
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip)
+    opt.step()
+    n_tok = int(batch["attention_mask"].sum()) + sum(len(r.ids) for r in mixed + looks)
+    return {"kind": "train", "step": step + 1, "phase": phase,
+            "loss": float(loss.detach()), "agent_loss": agent_loss, "grad_norm": float(gn),
+            "lr": lr_at(cfg, step), "tokens": n_tok, "seconds": time.perf_counter() - ts}
+
+
 def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, log=print,
              stop_after: int | None = None) -> Path:
     """Pretrain `cfg.policy` (see module docstring); returns the run folder."""
@@ -399,37 +424,18 @@ def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, 
         metrics.write_text("")
         append_metrics(metrics, {"kind": "config", "step": 0, "parameters": num_parameters(policy.model), **conf})
     append_metrics(metrics, {"kind": "session", "step": start, "git": git_commit()})   # the code of steps >= start
-    stream, pad_id = EpisodeStream(policy, cfg, seed), policy.pad_id
+    stream = EpisodeStream(policy, cfg, seed)
     t0, tokens = time.perf_counter(), 0
     last = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
     for step in range(start, last):
-        ts = time.perf_counter()
-        examples, phase = stream.batch(step)
-        batch, mixed = collate(examples, pad_id), stream.mixed_induction(step)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, step)
-        policy.model.train()
-        loss, agent_loss = weighted_loss(policy, batch)
-        if mixed:    # a separate forward: short rows padded to an episode's length would waste compute
-            loss = loss + weighted_loss(policy, collate(mixed, pad_id))[0]
-        looks = stream.mixed_lookups(step)
-        if looks:
-            loss = loss + weighted_loss(policy, collate(looks, pad_id))[0]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip)
-        opt.step()
-        n_tok = int(batch["attention_mask"].sum()) + sum(len(r.ids) for r in mixed + looks)
-        tokens += n_tok
-        row = {"kind": "train", "step": step + 1, "phase": phase,
-               "loss": float(loss.detach()), "agent_loss": agent_loss, "grad_norm": float(gn),
-               "lr": lr_at(cfg, step), "tokens": n_tok, "seconds": time.perf_counter() - ts}
+        row = _train_step(policy, opt, stream, cfg, step)
+        tokens += row["tokens"]
         append_metrics(metrics, row)
         done = step + 1
         if done % 10 == 0 or done == last:
             rate = tokens / (time.perf_counter() - t0)
             eta = (last - done) * (time.perf_counter() - t0) / (done - start)
-            log(f"step {done}/{cfg.steps} [{row['phase']}] loss {row['loss']:.3f} agent {agent_loss:.3f} "
+            log(f"step {done}/{cfg.steps} [{row['phase']}] loss {row['loss']:.3f} agent {row['agent_loss']:.3f} "
                 f"{rate:.0f} tok/s ETA {eta / 60:.0f} min")
         if done % cfg.eval_every == 0 or done == cfg.steps:
             _evaluate_and_keep(policy, cfg, out_dir, done, log)

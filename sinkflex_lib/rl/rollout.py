@@ -262,38 +262,17 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
         clock["forward_s"] += time.perf_counter() - ta
         clock["forwards"] += attn_hist.shape[1] > 0
     while live:
-        ta = time.perf_counter()
-        ids, am, pos = _feed_batch(live, fmt.pad_id)
-        attn_hist = torch.cat([attn_hist, am.to(device)], dim=1)
-        logits = forward(ids.to(device), attn_hist, pos.to(device))
-        n_forward_tokens += int(am.sum())
-        tb = time.perf_counter()
-        sampled, logp_all = _sample(logits, cfg, generator)
-        clock["forward_s"] += tb - ta
-        clock["sample_s"] += time.perf_counter() - tb
-        clock["forwards"] += 1
-        clock["cache_slots"] += attn_hist.shape[1]   # slots attended over, summed over forwards
-        chosen = logp_all.gather(1, sampled[:, None]).squeeze(1).tolist()
-        sampled = sampled.tolist()
-        for b in sorted(generating):
-            r, t = live[b], sampled[b]
-            r.pending.append((t, 1, chosen[b]))
-            r.turn.append(t)
-            if t in fmt.stop_ids or len(r.turn) >= cfg.max_new_tokens:
-                if t not in fmt.stop_ids:   # forced close, not sampled
-                    r.pending.extend((c, 0, 0.0) for c in fmt.close_ids)
-                generating.discard(b)
+        attn_hist, sampled, chosen, fed = _forward_and_sample(live, attn_hist, forward, fmt, cfg, generator, clock)
+        n_forward_tokens += fed
+        _take_sampled(live, generating, sampled, chosen, fmt, cfg)
         ended = turns_to_step(len(live), generating, cfg.overlap_turns)
         if not ended:
             continue
         te = time.perf_counter()
         done = [b for b in ended if _step_env(live[b], fmt, cfg)]
         clock["env_s"] += time.perf_counter() - te
-        for b in done:   # unfed sampled tokens (the last stop token) still belong to the layout
-            r = live[b]
-            for j, (t, m, lp) in enumerate(r.pending):
-                r.out.append(t, 1, r.next_pos + j, m, lp)
-            r.pending = []
+        for b in done:
+            _flush_pending(live[b])
         keep = [b for b in range(len(live)) if b not in done]
         if done and keep:
             attn_hist = cache.keep_rows(attn_hist, keep)
@@ -308,6 +287,45 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
         stats["rollout_forward_tokens"] = n_forward_tokens
         stats.update(clock)   # model forwards (feeding included), sampling, env steps + observation tokens
     return [r.out for r in all_rows]
+
+
+def _forward_and_sample(live: list, attn_hist, forward, fmt, cfg: RolloutConfig, generator, clock: dict):
+    """One forward over every live row's pending tokens, then one sampled token a row.
+    Returns (attn_hist grown by this feed, sampled token ids, their log-probs, tokens fed)."""
+    ta = time.perf_counter()
+    ids, am, pos = _feed_batch(live, fmt.pad_id)
+    device = attn_hist.device
+    attn_hist = torch.cat([attn_hist, am.to(device)], dim=1)
+    logits = forward(ids.to(device), attn_hist, pos.to(device))
+    tb = time.perf_counter()
+    sampled, logp_all = _sample(logits, cfg, generator)
+    clock["forward_s"] += tb - ta
+    clock["sample_s"] += time.perf_counter() - tb
+    clock["forwards"] += 1
+    clock["cache_slots"] += attn_hist.shape[1]   # slots attended over, summed over forwards
+    chosen = logp_all.gather(1, sampled[:, None]).squeeze(1).tolist()
+    return attn_hist, sampled.tolist(), chosen, int(am.sum())
+
+
+def _take_sampled(live: list, generating: set, sampled: list, chosen: list, fmt, cfg: RolloutConfig) -> None:
+    """Append each generating row's sampled token (and its log-prob) to its turn; a row whose
+    turn ends (a stop token, or max_new_tokens: then closed with unsampled close tokens) leaves
+    `generating`."""
+    for b in sorted(generating):
+        r, t = live[b], sampled[b]
+        r.pending.append((t, 1, chosen[b]))
+        r.turn.append(t)
+        if t in fmt.stop_ids or len(r.turn) >= cfg.max_new_tokens:
+            if t not in fmt.stop_ids:   # forced close, not sampled
+                r.pending.extend((c, 0, 0.0) for c in fmt.close_ids)
+            generating.discard(b)
+
+
+def _flush_pending(row) -> None:
+    """A finished row's unfed sampled tokens (the last stop token) still belong to its layout."""
+    for j, (t, m, lp) in enumerate(row.pending):
+        row.out.append(t, 1, row.next_pos + j, m, lp)
+    row.pending = []
 
 
 def turns_to_step(n_live: int, generating: set, overlap: bool) -> list[int]:
