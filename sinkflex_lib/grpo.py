@@ -153,7 +153,8 @@ def _agg(values, m, agg, norm_length):
 
 def _check_loss_inputs(logp, old_logp, advantages, mask, ref_logp, clip_low, clip_high, beta, agg,
                        entropy, norm_length) -> float:
-    """`grpo_loss`'s argument checks (ValueError on bad input); returns the resolved norm_length."""
+    """`grpo_loss`'s checks of shapes, types and settings (ValueError on bad input; the advantages' finiteness
+    is checked where they are cast); returns the resolved norm_length."""
     _check_agg(agg)
     if not isinstance(logp, torch.Tensor) or logp.dim() != 2 or not logp.is_floating_point():
         raise ValueError("logp must be a floating-point tensor of shape (B, T), got "

@@ -287,7 +287,8 @@ def _sweep_meta(cfg, **meta) -> dict:
 
 def _record_point(p: PointResult, r: dict, meta: dict) -> None:
     """Copy a worker's result `r` into `p` (GB; peak and step time only when it ran) and the
-    versions and device name it reports into `meta` (a CPU sweep's own device name is kept)."""
+    versions and device name it reports into `meta` (a device name already there is kept: a CPU
+    sweep's own, or on CUDA the first worker's)."""
     p.status, p.note, p.pid, p.wall_s = r["status"], r.get("note", ""), r.get("pid"), r.get("wall_s")
     gb = lambda key: None if r.get(key) is None else r[key] / 1e9  # noqa: E731
     p.peak_gb = gb("peak") if p.status == "ok" else None

@@ -76,7 +76,8 @@ def _measure_cuda(step, spec: dict, result: dict, device) -> None:
 
 
 def _measure_cpu(step, spec: dict, result: dict, check_budget) -> None:
-    """The first step measured for memory (it is the warm-up too), then the timed steps."""
+    """The first step measured for memory (it is the warm-up too), then `warmup` untimed steps and
+    `steps` timed ones at glibc's usual mmap threshold; the budget checked after each."""
     # The parent started this process with glibc's mmap threshold fixed at 1 MiB, so freed tensors
     # leave the resident set at once and VmHWM - baseline counts what the step holds, not what
     # malloc kept.

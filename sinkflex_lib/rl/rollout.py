@@ -291,12 +291,14 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
 
 def _forward_and_sample(live: list, attn_hist, forward, fmt, cfg: RolloutConfig, generator, clock: dict):
     """One forward over every live row's pending tokens, then one sampled token a row.
-    Returns (attn_hist grown by this feed, sampled token ids, their log-probs, tokens fed)."""
+    Returns (attn_hist grown by this feed, sampled token ids, their log-probs, tokens fed); adds
+    the forward's and the sampling's seconds, the forward and the slots attended over to `clock`."""
     ta = time.perf_counter()
     ids, am, pos = _feed_batch(live, fmt.pad_id)
     device = attn_hist.device
     attn_hist = torch.cat([attn_hist, am.to(device)], dim=1)
     logits = forward(ids.to(device), attn_hist, pos.to(device))
+    fed = int(am.sum())
     tb = time.perf_counter()
     sampled, logp_all = _sample(logits, cfg, generator)
     clock["forward_s"] += tb - ta
@@ -304,7 +306,7 @@ def _forward_and_sample(live: list, attn_hist, forward, fmt, cfg: RolloutConfig,
     clock["forwards"] += 1
     clock["cache_slots"] += attn_hist.shape[1]   # slots attended over, summed over forwards
     chosen = logp_all.gather(1, sampled[:, None]).squeeze(1).tolist()
-    return attn_hist, sampled.tolist(), chosen, int(am.sum())
+    return attn_hist, sampled.tolist(), chosen, fed
 
 
 def _take_sampled(live: list, generating: set, sampled: list, chosen: list, fmt, cfg: RolloutConfig) -> None:
