@@ -180,6 +180,15 @@ def write_tasks_with_spread(train_rows: list[dict], source: str, k: int) -> list
     return found[:k]
 
 
+def learning_check_tasks(train_rows: list[dict], source: str, k: int) -> tuple[list[str], int]:
+    """`k` tasks for notebook 05's learning check: `write_tasks_with_spread` first, then, where the
+    run had fewer (a policy that never succeeds, as in a smoke run), the run's other tasks in step
+    order. Returns (task ids, how many of them had reward spread: the first ones)."""
+    spread = write_tasks_with_spread(train_rows, source, k)
+    seen = dict.fromkeys(t for r in train_rows if r.get("kind", "train") == "train" for t in r["tasks"])
+    return spread + [t for t in seen if t not in spread][:k - len(spread)], len(spread)
+
+
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """The learning rate of GRPO step `step` (1-based): `lr` * step / `warmup_steps` during the
     warmup, then `lr` (Adam's first updates move every weight by about lr whatever its gradient)."""

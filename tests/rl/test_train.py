@@ -172,6 +172,16 @@ def test_write_tasks_with_spread_takes_the_first_write_tasks_whose_group_had_spr
     assert train_mod.write_tasks_with_spread([{"kind": "val", "step": 0}] + rows, "mini", 1) == ["cancel_001"]
 
 
+def test_learning_check_tasks_fill_up_with_the_runs_other_tasks_only_where_spread_ran_out():
+    rows = [{"kind": "val", "step": 0, "tasks": ["info_000"]},
+            {"tasks": ["refuse_000", "cancel_000", "cancel_001"], "group_rewards": [[0, 1], [1, 1], [0, 1]]},
+            {"tasks": ["cancel_001", "refuse_001"], "group_rewards": [[0, 0], [1, 1]]}]
+    assert train_mod.learning_check_tasks(rows, "mini", 1) == (["cancel_001"], 1)
+    assert train_mod.learning_check_tasks(rows, "mini", 3) == (["cancel_001", "refuse_000", "cancel_000"], 1)
+    assert train_mod.learning_check_tasks(rows, "mini", 9) == (
+        ["cancel_001", "refuse_000", "cancel_000", "refuse_001"], 1)   # every task of the run, once
+
+
 def test_shuffled_rewards_reach_the_advantages_permuted_within_their_groups(micro_policy, monkeypatch):
     """The control without signal: the advantages are computed from each group's own rewards in
     another order (the same multiset per group), and the real order is left alone otherwise."""
