@@ -173,11 +173,16 @@ def write_tasks_with_spread(train_rows: list[dict], source: str, k: int) -> list
     in a run's train rows (their `tasks` and `group_rewards`), in step order: where that run's
     policy sometimes did the job and sometimes not, so GRPO had something to learn from."""
     tasks, found = load_source(source).tasks, []
-    for row in (r for r in train_rows if r.get("kind", "train") == "train"):
+    for row in _train_steps(train_rows):
         for tid, rewards in zip(row["tasks"], row["group_rewards"]):
             if len(set(rewards)) > 1 and is_write_task(tasks[tid]) and tid not in found:
                 found.append(tid)
     return found[:k]
+
+
+def _train_steps(rows: list[dict]) -> list[dict]:
+    """A run's rows of kind "train" (a row without a kind counts as one)."""
+    return [r for r in rows if r.get("kind", "train") == "train"]
 
 
 def learning_check_tasks(train_rows: list[dict], source: str, k: int) -> tuple[list[str], int]:
@@ -185,7 +190,7 @@ def learning_check_tasks(train_rows: list[dict], source: str, k: int) -> tuple[l
     run had fewer (a policy that never succeeds, as in a smoke run), the run's other tasks in step
     order. Returns (task ids, how many of them had reward spread: the first ones)."""
     spread = write_tasks_with_spread(train_rows, source, k)
-    seen = dict.fromkeys(t for r in train_rows if r.get("kind", "train") == "train" for t in r["tasks"])
+    seen = dict.fromkeys(t for r in _train_steps(train_rows) for t in r["tasks"])
     return spread + [t for t in seen if t not in spread][:k - len(spread)], len(spread)
 
 
