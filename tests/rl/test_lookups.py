@@ -6,7 +6,10 @@ import re
 import pytest
 
 from sinkflex_lib.envs.data import load_source
-from sinkflex_lib.rl.lookups import LOOKUP_KEYS, flat_lookup, item_lookup, new_item_lookup, world_lookup
+from sinkflex_lib.envs.actions import parse_action
+from sinkflex_lib.envs.db import RetailDB
+from sinkflex_lib.envs.tools import call_tool
+from sinkflex_lib.rl.lookups import LOOKUP_KEYS, call_lookup, flat_lookup, item_lookup, new_item_lookup, world_lookup
 from sinkflex_lib.rl.pretrain import train_world
 
 
@@ -121,3 +124,26 @@ def test_new_item_lookup_states_the_asked_variant_as_the_product_details_show_it
     assert before.endswith(" for ") or before.endswith(" become ")
     assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "new-item-lookup"
     assert new_item_lookup(micro_policy.tokenizer, data, seed, weight=3.0).ids == r.ids
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_call_lookup_weights_a_write_call_that_repeats_its_confirmed_request(micro_policy, seed):
+    tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
+    r = call_lookup(tok, data, seed, weight=3.0)
+    [(before, value)] = _spans(tok, r)
+    request, answer = re.search(r"<\|assistant\|>(Here are the details.*?)<\|end\|><\|user\|>(.*?)<\|end\|><\|assistant\|>$",
+                                before).groups()
+    call = parse_action(value)
+    args = call.arguments
+    assert answer == "yes" and f"order {args['order_id']}" in request and args["payment_method_id"] in request
+    stated = re.findall(r"item_id:(\d+)", request)                 # the ids in the order the request states them
+    assert stated == args["item_ids"] + args.get("new_item_ids", [])
+    order = data.db.tables["orders"][args["order_id"]]
+    assert call.name == {"pending": "modify_pending_order_items"}.get(order["status"], call.name)
+    assert call.name in ("modify_pending_order_items", "return_delivered_order_items", "exchange_delivered_order_items")
+    for iid in stated:                                            # each stated as a tool result above shows it
+        assert f"item_id:{iid}" in before[: before.index("Here are the details")]
+    text, failed = call_tool(RetailDB(data.db), call.name, args)  # a write the tools accept
+    assert not failed, text
+    assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "call-lookup"
+    assert call_lookup(tok, data, seed, weight=3.0).ids == r.ids

@@ -277,3 +277,7 @@ def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro
     three = pt.EpisodeStream(micro_policy, new, 0).mixed_lookups(s + 1)
     assert [r.task_id for r in three] == [r.task_id for r in both] + ["new-item-lookup"]
     assert [r.ids for r in three[:-1]] == [r.ids for r in both]                  # the others unchanged
+    calls = dataclasses.replace(new, call_lookup_mix=1)
+    four = pt.EpisodeStream(micro_policy, calls, 0).mixed_lookups(s + 1)
+    assert [r.task_id for r in four] == [r.task_id for r in three] + ["call-lookup"]
+    assert [r.ids for r in four[:-1]] == [r.ids for r in three]
