@@ -106,6 +106,8 @@ def training_tasks(cfg: TrainConfig) -> list[str]:
 
 
 def _fixed_training_tasks(cfg: TrainConfig) -> list[str]:
+    """`cfg.train_tasks` as given, checked: distinct task ids of `cfg.source`, none of them a
+    validation task when validation draws from the same source; ValueError otherwise."""
     ids, known = list(cfg.train_tasks), set(RetailEnv(cfg.source).task_ids(None))
     unknown = [t for t in ids if t not in known]
     if unknown or not ids or len(set(ids)) < len(ids):
