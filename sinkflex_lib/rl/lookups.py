@@ -157,6 +157,13 @@ def item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int
     return _layout(tokenizer, context, [(head, stated, ", refund")], weight, max_tokens, "item-lookup", seed)
 
 
+def _other_variants(products: dict, item: dict) -> list[dict]:
+    """The variants of `item`'s product other than itself, those in stock only if any are (an
+    exchange asks for one in stock)."""
+    others = [v for v in products[item["product_id"]]["variants"].values() if v["item_id"] != item["item_id"]]
+    return [v for v in others if v.get("available")] or others
+
+
 def new_item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int = 1536) -> Rollout:
     """Tool results of a user, one of their orders and one of its items' product in `data`, the
     user's request to change that item to another variant, then an exchange's or item change's
@@ -164,8 +171,7 @@ def new_item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens:
     rng = np.random.default_rng(seed)
     db, products = data.db, data.db.tables["products"]
     uid, oid, item = _user_order_item(db, rng, "new_item_lookup")
-    others = [v for v in products[item["product_id"]]["variants"].values() if v["item_id"] != item["item_id"]]
-    others = [v for v in others if v.get("available")] or others   # an exchange asks for one in stock
+    others = _other_variants(products, item)
     if not others:
         raise ValueError(f"new_item_lookup: product {item['product_id']} has no other variant")
     new = others[int(rng.integers(len(others)))]
@@ -184,7 +190,7 @@ def new_item_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens:
 
 def _write_of(db, rng, order: dict) -> dict:
     """A return or exchange (a delivered order) or an item change (a pending one) of 1-3 of
-    `order`'s items, each swapped for another variant of its product in stock (itself if none),
+    `order`'s items, each swapped for another variant of its product (`_other_variants`; itself if none),
     paid or refunded with the order's payment method or one of the user's gift cards: the write's
     action dict, its arguments in the tool's order."""
     products, items = db.tables["products"], order["items"]
@@ -195,9 +201,8 @@ def _write_of(db, rng, order: dict) -> dict:
     if name != "return_delivered_order_items":
         news = []
         for i in picked:
-            variants = products[items[i]["product_id"]]["variants"].values()
-            others = [v["item_id"] for v in variants if v["item_id"] != items[i]["item_id"] and v.get("available")]
-            news.append(others[int(rng.integers(len(others)))] if others else items[i]["item_id"])
+            others = _other_variants(products, items[i]) or [items[i]]
+            news.append(others[int(rng.integers(len(others)))]["item_id"])
         args["new_item_ids"] = news
     methods = db.tables["users"][order["user_id"]]["payment_methods"]
     paid = [order["payment_history"][0]["payment_method_id"]]
