@@ -3,7 +3,9 @@
 1. the tests marked `cuda` (flex forward and backward against the blocked float64 reference);
 2. flex (compiled) against eager attention at gpt-oss-20b's head shape in bf16: error against
    float64 and forward+backward time, measured side by side;
-3. a short training-step memory sweep, eager against flex (`sinkflex_lib.bench`).
+3. a short training-step memory sweep, eager against flex (`sinkflex_lib.bench`);
+4. the paper's setup (Harmony, LoRA, bf16, flex) at gpt-oss-20b's layer shape, two layers of
+   random weights: the trainer's first GRPO step, then a forced update (`paper_setup_check`).
 
 Sized to finish in a few minutes on one GPU. Exits 2 without CUDA, 1 if any check fails.
 """
@@ -11,7 +13,11 @@ Sized to finish in a few minutes on one GPU. Exits 2 without CUDA, 1 if any chec
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import tempfile
+import traceback
 import subprocess
 import sys
 import time
@@ -22,9 +28,12 @@ import torch
 from .paths import REPO_ROOT
 
 
-def run_cuda_tests() -> tuple[str, str]:
+def run_cuda_tests(out_dir: Path) -> tuple[str, str]:
+    """The `cuda`-marked tests; their whole output goes to out_dir/cuda_tests.log."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests"], cwd=REPO_ROOT,
                           capture_output=True, text=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "cuda_tests.log").write_text(proc.stdout + "\n" + proc.stderr)
     print(proc.stdout[-3000:], proc.stderr[-2000:], sep="\n", flush=True)
     last = (proc.stdout.strip().splitlines() or ["no output"])[-1]
     return ("pass" if proc.returncode == 0 else "FAIL"), last
@@ -91,24 +100,109 @@ def memory_sweep_check(out_dir: Path, seqs=(1024, 2048, 4096, 8192)) -> tuple[st
                                         + ",".join(sweep.point("eager", m).status for m in seqs))
 
 
+def paper_setup_check(out_dir: Path, preset: str = "gpt-oss-20b", layers: int = 2, group_size: int = 4,
+                      device: str = "cuda") -> tuple[str, str]:
+    """The gpu profile's paper setup (`rl.config.paper_setup`: Harmony, LoRA rank 32, bf16, the
+    sinkflex attention, flex on CUDA) from a local directory shaped like the model preset cut to
+    `layers` layers (random bf16 weights, the real 201,088-id vocabulary; a temporary folder):
+    the trainer's first GRPO step on tau2's train split (``TAU2_DATA_DIR``; else the synthetic
+    training world), then one more group rolled out and updated with its rewards set to 1, 0, 1, 0
+    (random weights solve nothing, so no group of the step has reward spread). Passes when the
+    update's recomputed log-probs of the sampled tokens match the sampling ones (mean |gap| under
+    0.05 nats in bf16) and it moves every adapter and no base weight. Numbers go to
+    out_dir/paper_setup.json."""
+    import numpy as np
+
+    from .machine import peak_memory_gb
+    from .models import build_gpt_oss, gpt_oss_config
+    from .rl import harmony
+    from .rl.config import TrainConfig
+    from .rl.rollout import collate, group_specs, rollout_batch, scores_without_pads, token_logprobs, without_pads
+    from .rl.runstate import read_metrics
+    from .rl.train import grpo_update, train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, run_dir = Path(tmp) / "gpt-oss", Path(tmp) / "run"
+        shape = gpt_oss_config(preset, num_hidden_layers=layers, vocab_size=harmony.HARMONY_VOCAB_SIZE)
+        model = build_gpt_oss(shape, dtype=torch.bfloat16, device=device)
+        model.save_pretrained(folder)
+        del model
+        harmony.harmony_tokenizer().save_pretrained(folder)
+        synthetic = {} if os.environ.get("TAU2_DATA_DIR") else dict(source="train-world:1000", val_source="eval-world:0")
+        cfg = TrainConfig.from_profile("gpu", policy_dir=str(folder), steps=1, groups_per_step=1, group_size=group_size,
+                                       minibatch_size=group_size, max_turns=3, max_new_tokens=64, max_tokens=4096,
+                                       val_split=None, val_tasks=2, **synthetic)
+        policy = train(cfg, run_dir, device=device, log=lambda line: print(line, flush=True)).policy
+        step = next(r for r in read_metrics(run_dir) if r["kind"] == "train")
+    rollouts = rollout_batch(policy, group_specs(step["tasks"][:1], group_size, [1]), cfg.rollout_config(),
+                             torch.Generator().manual_seed(1), {})
+    for i, r in enumerate(rollouts):
+        r.reward = float((i + 1) % 2)
+    scored = [without_pads(r) for r in rollouts] if scores_without_pads(policy.model) else rollouts
+    batch = collate(scored, policy.pad_id)
+    with torch.no_grad():
+        logp = token_logprobs(policy.model, batch, cfg.temperature)[0].cpu()
+    gap = (logp - batch["old_logp"])[batch["mask"] > 0].abs().mean().item()
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.lr)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    upd = grpo_update(policy, opt, rollouts, cfg, np.random.default_rng(0))
+    moved = {n: not torch.equal(p.detach(), before[n]) for n, p in policy.model.named_parameters()}
+    adapters = [n for n in moved if "lora_" in n]
+    result = {"preset": preset, "layers": layers, "device": device, "tau2": not synthetic, "step": {k: step[k] for k in
+              ("step_s", "rollout_s", "update_s", "peak_mem_gb", "response_length", "tokens_per_s")},
+              "forced_update": {"logp_gap_mean": gap, "tokens": int(batch["mask"].sum()),
+                                "peak_gb": peak_memory_gb(device),
+                                "adapters_moved": sum(moved[n] for n in adapters), "adapters": len(adapters),
+                                "base_moved": sum(v for n, v in moved.items() if "lora_" not in n),
+                                **{k: upd[k] for k in ("policy_loss", "ratio_mean") if k in upd}}}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "paper_setup.json").write_text(json.dumps(result, indent=1))
+    f = result["forced_update"]
+    ok = gap < 0.05 and adapters and f["adapters_moved"] == len(adapters) and f["base_moved"] == 0
+    return ("pass" if ok else "FAIL"), (f"{'tau2' if not synthetic else 'synthetic'} step {step['step_s']:.1f} s, "
+                                        f"peak {step['peak_mem_gb']:.1f} GB; forced update: |logp gap| {gap:.4f}, "
+                                        f"adapters moved {f['adapters_moved']}/{len(adapters)}, base {f['base_moved']}")
+
+
+def flex_eager_check() -> tuple[str, str]:
+    r = compare_flex_eager()
+    return ("pass" if r["flex_rel_err"] < 2e-2 else "FAIL"), (
+        f"rel err flex {r['flex_rel_err']:.1e} eager {r['eager_rel_err']:.1e}; "
+        f"fwd+bwd {r['flex_s'] * 1e3:.1f} ms vs {r['eager_s'] * 1e3:.1f} ms "
+        f"(x{r['eager_s'] / r['flex_s']:.2f}); peak {r['flex_peak_gb']:.2f} vs {r['eager_peak_gb']:.2f} GB")
+
+
+def _guarded(check) -> tuple[str, str]:
+    """A check's (status, detail), printed as it ends; an exception fails that check alone."""
+    try:
+        status, detail = check()
+    except Exception as e:  # noqa: BLE001 - every check runs, the table reports each
+        traceback.print_exc()
+        status, detail = "FAIL", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    torch.cuda.empty_cache()
+    print(f"-> {status}: {detail}", flush=True)
+    return status, detail
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Every CUDA check of sinkflex-rl")
     parser.add_argument("--out", default=str(REPO_ROOT / "runs" / "gpu_check"))
     parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--skip-paper-setup", action="store_true")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu-check: no CUDA device here; run it on a GPU machine (make gpu-check).")
         return 2
     print(f"gpu-check on {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
-    rows = [("cuda tests", *run_cuda_tests())]
-    r = compare_flex_eager()
-    ok = r["flex_rel_err"] < 2e-2
-    rows.append(("flex vs eager, N=4096 bf16", "pass" if ok else "FAIL",
-                 f"rel err flex {r['flex_rel_err']:.1e} eager {r['eager_rel_err']:.1e}; "
-                 f"fwd+bwd {r['flex_s'] * 1e3:.1f} ms vs {r['eager_s'] * 1e3:.1f} ms "
-                 f"(x{r['eager_s'] / r['flex_s']:.2f}); peak {r['flex_peak_gb']:.2f} vs {r['eager_peak_gb']:.2f} GB"))
+    out = Path(args.out)
+    checks = [("cuda tests", lambda: run_cuda_tests(out)), ("flex vs eager, N=4096 bf16", flex_eager_check)]
     if not args.skip_sweep:
-        rows.append(("memory sweep eager/flex", *memory_sweep_check(Path(args.out))))
+        checks.append(("memory sweep eager/flex", lambda: memory_sweep_check(out)))
+    if not args.skip_paper_setup:
+        checks.append(("paper setup, 2 layers of 20b", lambda: paper_setup_check(out)))
+    rows = [(name, *_guarded(check)) for name, check in checks]
     width = max(len(name) for name, *_ in rows)
     print("\n" + "check".ljust(width) + " | status | detail")
     print("-" * width + "-+--------+-------")

@@ -27,6 +27,17 @@ def _compiled_flex():
     return torch.compile(_flex_attention, dynamic=False)
 
 
+def kernel_options(n_q: int, group: int) -> dict:
+    """FlexAttention's kernel options for `n_q` queries, `group` query heads per KV head.
+
+    For queries shorter than 128, inductor picks its flex-decoding kernel, which puts the
+    n_q * group query rows of a KV head in one block of next_power_of_2(n_q * group) rows; above
+    the 128-row sparse block no kernel config remains (NoValidChoicesError: seen on an H200, torch
+    2.11, prefilling 106 queries with gpt-oss's 8 query heads per KV head). Such calls take the
+    standard Triton kernel; single-token decoding (8 rows) keeps the decoding kernel."""
+    return {"BACKEND": "TRITON"} if n_q * group > 128 else {}
+
+
 def flex_block_mask(mask: SinkMask, n_q: int, n_k: int, device, key_padding_mask=None):
     """The BlockMask for `mask`; broadcast over batch and heads (B=None, H=None) unless a key
     padding mask (B, Nk) makes it batch-dependent, in which case B is the batch size (and the
@@ -61,7 +72,8 @@ def flex_attention(q, k, v, mask: SinkMask, scale: float, key_padding_mask=None)
     kwargs = dict(block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1],
                   return_aux=AuxRequest(lse=True))
     if q.device.type == "cuda":
-        z, aux = _compiled_flex()(q, k, v, **kwargs)
+        options = kernel_options(n_q, q.shape[1] // k.shape[1])
+        z, aux = _compiled_flex()(q, k, v, **kwargs, **({"kernel_options": options} if options else {}))
     else:  # the unfused CPU reference warns that it is unfused: known, and only for checks
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")

@@ -42,6 +42,16 @@ def cpu_name() -> str:
     return f"CPU: {cpu_model()}, {os.cpu_count()} cores"
 
 
+def with_index(device):
+    """A CUDA device with its index ("cuda" is "cuda:0", the first visible GPU): torch.cuda's
+    set_device and set_per_process_memory_fraction refuse a bare "cuda" (seen on an H200, torch
+    2.11). Other devices as given."""
+    import torch
+
+    device = torch.device(device)
+    return torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
+
+
 def _set_up_device(spec: dict, result: dict, device, budget):
     """Pin the CUDA device and its memory fraction, or pick the CPU threads; names the device."""
     import torch
@@ -108,7 +118,7 @@ def run_point(spec: dict) -> dict:
 
     from ..models import build_gpt_oss, gpt_oss_config
 
-    device = torch.device(spec["device"])
+    device = with_index(spec["device"])
     dtype = getattr(torch, spec["dtype"])
     budget = spec.get("budget_bytes")
     result = {"status": "ok", "pid": os.getpid(), "torch": torch.__version__,

@@ -28,7 +28,7 @@ def run(cmd, out_dir):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "SINKFLEX_PROFILE": "smoke"}
     proc = subprocess.run([sys.executable, *cmd, "--out", str(out_dir)], env=env, capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-20000:]   # the failing rank's traceback too
     return proc.stdout
 
 
