@@ -2,8 +2,9 @@
 
 `flex_attention(q, k, v, block_mask=SinkMask.block_mask(...), return_aux=AuxRequest(lse=True))`
 gives z and l; the sink is then applied as an output scale (`sink_scale`). On CUDA the
-FlexAttention call is wrapped in torch.compile (one compiled kernel per shape, forward and
-backward generated together); the LSE stays in float32.
+FlexAttention call is wrapped in torch.compile (`compile_flex`: automatic dynamic shapes, head
+dims under 16 zero-padded, short queries with many rows per KV head on the standard kernel);
+the LSE stays in float32.
 
 Platform facts (torch 2.13): on the CPU, FlexAttention has no backward ("FlexAttention does
 not support backward on CPU"); uncompiled, it runs forward and returns the LSE. So on the CPU
@@ -22,9 +23,32 @@ from torch.nn.attention.flex_attention import flex_attention as _flex_attention
 from .mask import SinkMask
 
 
+MIN_HEAD_DIM = 16          # the Triton kernels' least head dim (tl.dot); smaller ones are zero-padded
+RECOMPILE_LIMIT = 64       # dynamo's compiled variants of the flex call kept before it falls back
+
+
+def compile_flex(backend="inductor"):
+    """flex_attention under torch.compile with automatic dynamic shapes (torch's default): a
+    rollout calls it with a new key length every decode step and new batch and query sizes every
+    turn. Compiled static (dynamic=False), every call compiled anew up to dynamo's limit of 8
+    variants, then ran unfused, with whole score matrices (seen on an H200, torch 2.11).
+    Automatically dynamic, the variants stay few and stop growing (16 for a rollout-like run of
+    any length: two windows, sizes of one specialised; tests/attention/test_flex_compile.py), so
+    dynamo's limit is raised above that."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    return torch.compile(_flex_attention, backend=backend)
+
+
 @functools.lru_cache(maxsize=1)
 def _compiled_flex():
-    return torch.compile(_flex_attention, dynamic=False)
+    return compile_flex()
+
+
+def pad_head_dim(t: torch.Tensor, d: int) -> torch.Tensor:
+    """t (..., D) zero-padded to (..., d) when D < d. Zero features leave every q.k score, so the
+    attention weights and the log-sum-exp, unchanged (the scale is passed explicitly), and add
+    zero output features, sliced off after."""
+    return torch.nn.functional.pad(t, (0, d - t.shape[-1])) if t.shape[-1] < d else t
 
 
 def kernel_options(n_q: int, group: int) -> dict:
@@ -73,7 +97,10 @@ def flex_attention(q, k, v, mask: SinkMask, scale: float, key_padding_mask=None)
                   return_aux=AuxRequest(lse=True))
     if q.device.type == "cuda":
         options = kernel_options(n_q, q.shape[1] // k.shape[1])
+        d_v = v.shape[-1]
+        q, k, v = (pad_head_dim(t, MIN_HEAD_DIM) for t in (q, k, v))
         z, aux = _compiled_flex()(q, k, v, **kwargs, **({"kernel_options": options} if options else {}))
+        z = z[..., :d_v]
     else:  # the unfused CPU reference warns that it is unfused: known, and only for checks
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
