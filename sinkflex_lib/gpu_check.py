@@ -29,8 +29,9 @@ from .paths import REPO_ROOT
 
 
 def run_cuda_tests(out_dir: Path) -> tuple[str, str]:
-    """The `cuda`-marked tests; their whole output goes to out_dir/cuda_tests.log."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests"], cwd=REPO_ROOT,
+    """The `cuda`-marked tests, with their 15 longest durations; the whole output goes to
+    out_dir/cuda_tests.log."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--durations=15", "-m", "cuda", "tests"], cwd=REPO_ROOT,
                           capture_output=True, text=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "cuda_tests.log").write_text(proc.stdout + "\n" + proc.stderr)
@@ -106,35 +107,58 @@ def paper_setup_check(out_dir: Path, preset: str = "gpt-oss-20b", layers: int = 
     sinkflex attention, flex on CUDA) from a local directory shaped like the model preset cut to
     `layers` layers (random bf16 weights, the real 201,088-id vocabulary; a temporary folder):
     the trainer's first GRPO step on tau2's train split (``TAU2_DATA_DIR``; else the synthetic
-    training world), then one more group rolled out and updated with its rewards set to 1, 0, 1, 0
-    (random weights solve nothing, so no group of the step has reward spread). Passes when the
-    update's recomputed log-probs of the sampled tokens match the sampling ones (mean |gap| under
-    0.05 nats in bf16) and it moves every adapter and no base weight. Numbers go to
-    out_dir/paper_setup.json."""
-    import numpy as np
-
-    from .machine import peak_memory_gb
-    from .models import build_gpt_oss, gpt_oss_config
-    from .rl import harmony
+    training world), then `forced_update`. Passes when the update's recomputed log-probs of the
+    sampled tokens match the sampling ones (mean |gap| under 0.05 nats in bf16) and it moves every
+    adapter and no base weight. Numbers go to out_dir/paper_setup.json."""
     from .rl.config import TrainConfig
-    from .rl.rollout import collate, group_specs, rollout_batch, scores_without_pads, token_logprobs, without_pads
     from .rl.runstate import read_metrics
-    from .rl.train import grpo_update, train
+    from .rl.train import train
 
+    synthetic = {} if os.environ.get("TAU2_DATA_DIR") else dict(source="train-world:1000", val_source="eval-world:0")
     with tempfile.TemporaryDirectory() as tmp:
         folder, run_dir = Path(tmp) / "gpt-oss", Path(tmp) / "run"
-        shape = gpt_oss_config(preset, num_hidden_layers=layers, vocab_size=harmony.HARMONY_VOCAB_SIZE)
-        model = build_gpt_oss(shape, dtype=torch.bfloat16, device=device)
-        model.save_pretrained(folder)
-        del model
-        harmony.harmony_tokenizer().save_pretrained(folder)
-        synthetic = {} if os.environ.get("TAU2_DATA_DIR") else dict(source="train-world:1000", val_source="eval-world:0")
+        write_gpt_oss_dir(folder, preset, layers, device)
         cfg = TrainConfig.from_profile("gpu", policy_dir=str(folder), steps=1, groups_per_step=1, group_size=group_size,
                                        minibatch_size=group_size, max_turns=3, max_new_tokens=64, max_tokens=4096,
                                        val_split=None, val_tasks=2, **synthetic)
         policy = train(cfg, run_dir, device=device, log=lambda line: print(line, flush=True)).policy
         step = next(r for r in read_metrics(run_dir) if r["kind"] == "train")
-    rollouts = rollout_batch(policy, group_specs(step["tasks"][:1], group_size, [1]), cfg.rollout_config(),
+    f = forced_update(policy, cfg, step["tasks"][0], group_size, device)
+    result = {"preset": preset, "layers": layers, "device": device, "tau2": not synthetic, "forced_update": f,
+              "step": {k: step[k] for k in ("step_s", "rollout_s", "update_s", "peak_mem_gb", "response_length",
+                                            "tokens_per_s")}}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "paper_setup.json").write_text(json.dumps(result, indent=1))
+    ok = f["logp_gap_mean"] < 0.05 and 0 < f["adapters_moved"] == f["adapters"] and f["base_moved"] == 0
+    return ("pass" if ok else "FAIL"), (f"{'synthetic' if synthetic else 'tau2'} step {step['step_s']:.1f} s, "
+                                        f"peak {step['peak_mem_gb']:.1f} GB; forced update: |logp gap| "
+                                        f"{f['logp_gap_mean']:.4f}, adapters moved {f['adapters_moved']}/"
+                                        f"{f['adapters']}, base {f['base_moved']}")
+
+
+def write_gpt_oss_dir(folder: Path, preset: str, layers: int, device: str) -> None:
+    """A local directory shaped like a gpt-oss checkpoint: the preset's shape cut to `layers`
+    layers, random bf16 weights, the real Harmony vocabulary and o200k_harmony's tokenizer.json."""
+    from .models import build_gpt_oss, gpt_oss_config
+    from .rl import harmony
+
+    shape = gpt_oss_config(preset, num_hidden_layers=layers, vocab_size=harmony.HARMONY_VOCAB_SIZE)
+    build_gpt_oss(shape, dtype=torch.bfloat16, device=device).save_pretrained(folder)
+    harmony.harmony_tokenizer().save_pretrained(folder)
+
+
+def forced_update(policy, cfg, task_id: str, group_size: int, device: str) -> dict:
+    """One group of `task_id` rolled out and updated by `grpo_update` with its rewards set to
+    1, 0, 1, 0, ... (random weights solve nothing, so a trainer's own groups have no reward spread):
+    the mean |recomputed - sampling| log-prob of the sampled tokens, the adapters and base weights
+    the update moved, its peak memory and loss."""
+    import numpy as np
+
+    from .machine import peak_memory_gb
+    from .rl.rollout import collate, group_specs, rollout_batch, scores_without_pads, token_logprobs, without_pads
+    from .rl.train import grpo_update
+
+    rollouts = rollout_batch(policy, group_specs([task_id], group_size, [1]), cfg.rollout_config(),
                              torch.Generator().manual_seed(1), {})
     for i, r in enumerate(rollouts):
         r.reward = float((i + 1) % 2)
@@ -142,7 +166,6 @@ def paper_setup_check(out_dir: Path, preset: str = "gpt-oss-20b", layers: int = 
     batch = collate(scored, policy.pad_id)
     with torch.no_grad():
         logp = token_logprobs(policy.model, batch, cfg.temperature)[0].cpu()
-    gap = (logp - batch["old_logp"])[batch["mask"] > 0].abs().mean().item()
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
     opt = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.lr)
     if device == "cuda":
@@ -150,20 +173,11 @@ def paper_setup_check(out_dir: Path, preset: str = "gpt-oss-20b", layers: int = 
     upd = grpo_update(policy, opt, rollouts, cfg, np.random.default_rng(0))
     moved = {n: not torch.equal(p.detach(), before[n]) for n, p in policy.model.named_parameters()}
     adapters = [n for n in moved if "lora_" in n]
-    result = {"preset": preset, "layers": layers, "device": device, "tau2": not synthetic, "step": {k: step[k] for k in
-              ("step_s", "rollout_s", "update_s", "peak_mem_gb", "response_length", "tokens_per_s")},
-              "forced_update": {"logp_gap_mean": gap, "tokens": int(batch["mask"].sum()),
-                                "peak_gb": peak_memory_gb(device),
-                                "adapters_moved": sum(moved[n] for n in adapters), "adapters": len(adapters),
-                                "base_moved": sum(v for n, v in moved.items() if "lora_" not in n),
-                                **{k: upd[k] for k in ("policy_loss", "ratio_mean") if k in upd}}}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "paper_setup.json").write_text(json.dumps(result, indent=1))
-    f = result["forced_update"]
-    ok = gap < 0.05 and adapters and f["adapters_moved"] == len(adapters) and f["base_moved"] == 0
-    return ("pass" if ok else "FAIL"), (f"{'tau2' if not synthetic else 'synthetic'} step {step['step_s']:.1f} s, "
-                                        f"peak {step['peak_mem_gb']:.1f} GB; forced update: |logp gap| {gap:.4f}, "
-                                        f"adapters moved {f['adapters_moved']}/{len(adapters)}, base {f['base_moved']}")
+    return {"logp_gap_mean": (logp - batch["old_logp"])[batch["mask"] > 0].abs().mean().item(),
+            "tokens": int(batch["mask"].sum()), "peak_gb": peak_memory_gb(device),
+            "adapters_moved": sum(moved[n] for n in adapters), "adapters": len(adapters),
+            "base_moved": sum(v for n, v in moved.items() if "lora_" not in n),
+            **{k: upd[k] for k in ("policy_loss", "ratio_mean") if k in upd}}
 
 
 def flex_eager_check() -> tuple[str, str]:
