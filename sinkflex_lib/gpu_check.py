@@ -113,13 +113,14 @@ def paper_setup_check(out_dir: Path, preset: str = "gpt-oss-20b", layers: int = 
     sampled tokens match the sampling ones (mean |gap| under 0.05 nats in bf16) and it moves every
     adapter and no base weight. Numbers go to out_dir/paper_setup.json."""
     from .rl.config import TrainConfig
+    from .rl.policy import write_gpt_oss_dir
     from .rl.runstate import read_metrics
     from .rl.train import train
 
     synthetic = {} if os.environ.get("TAU2_DATA_DIR") else dict(source="train-world:1000", val_source="eval-world:0")
     with tempfile.TemporaryDirectory() as tmp:
         folder, run_dir = Path(tmp) / "gpt-oss", Path(tmp) / "run"
-        write_gpt_oss_dir(folder, preset, layers, device)
+        write_gpt_oss_dir(folder, preset, dtype=torch.bfloat16, device=device, num_hidden_layers=layers)
         cfg = TrainConfig.from_profile("gpu", policy_dir=str(folder), steps=1, groups_per_step=1, group_size=group_size,
                                        minibatch_size=group_size, max_turns=3, max_new_tokens=64, max_tokens=4096,
                                        val_split=None, val_tasks=2, **synthetic)
@@ -136,17 +137,6 @@ def paper_setup_check(out_dir: Path, preset: str = "gpt-oss-20b", layers: int = 
                                         f"peak {step['peak_mem_gb']:.1f} GB; forced update: |logp gap| "
                                         f"{f['logp_gap_mean']:.4f}, adapters moved {f['adapters_moved']}/"
                                         f"{f['adapters']}, base {f['base_moved']}")
-
-
-def write_gpt_oss_dir(folder: Path, preset: str, layers: int, device: str) -> None:
-    """A local directory shaped like a gpt-oss checkpoint: the preset's shape cut to `layers`
-    layers, random bf16 weights, the real Harmony vocabulary and o200k_harmony's tokenizer.json."""
-    from .models import build_gpt_oss, gpt_oss_config
-    from .rl import harmony
-
-    shape = gpt_oss_config(preset, num_hidden_layers=layers, vocab_size=harmony.HARMONY_VOCAB_SIZE)
-    build_gpt_oss(shape, dtype=torch.bfloat16, device=device).save_pretrained(folder)
-    harmony.harmony_tokenizer().save_pretrained(folder)
 
 
 def forced_update(policy, cfg, task_id: str, group_size: int, device: str) -> dict:

@@ -155,6 +155,20 @@ def _preset(name, attn_implementation, seed, dtype, device, tokenizer_dir, harmo
     return model, tok, chat
 
 
+def write_gpt_oss_dir(folder: str | Path, preset: str = "micro", seed: int = 0, dtype: torch.dtype = torch.float32,
+                      device="cpu", **overrides) -> Path:
+    """A local directory shaped like a gpt-oss checkpoint, which `build_policy` loads in Harmony:
+    a model preset's shape (`models.PRESETS`; GptOssConfig `overrides`, e.g. num_hidden_layers=2)
+    with seeded random weights, gpt-oss's vocabulary and Harmony's pad and end ids, and
+    o200k_harmony's tokenizer.json. For tests and `make gpu-check` (no download)."""
+    from .harmony import harmony_tokenizer
+
+    model, _, _ = _preset(preset, "sinkflex", seed, dtype, device, None, True, "low", overrides)
+    model.save_pretrained(folder)
+    harmony_tokenizer().save_pretrained(folder)
+    return Path(folder)
+
+
 def is_harmony_tokenizer(tok) -> bool:
     """True for a tokenizer with Harmony's message tokens (gpt-oss's own chat format)."""
     vocab = tok.get_vocab()

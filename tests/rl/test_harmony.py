@@ -166,12 +166,9 @@ def test_the_hf_tokenizer_encodes_as_openai_harmony(fmt):
 def gpt_oss_dir(tmp_path_factory):
     """A local directory shaped like a gpt-oss checkpoint: random micro weights with the real
     Harmony vocabulary, and o200k_harmony's tokenizer.json."""
-    from sinkflex_lib.rl.policy import build_policy
+    from sinkflex_lib.rl.policy import write_gpt_oss_dir
 
-    folder = tmp_path_factory.mktemp("gpt-oss-micro")
-    build_policy("micro", format="harmony", seed=0).model.save_pretrained(folder)
-    harmony.harmony_tokenizer().save_pretrained(folder)
-    return folder
+    return write_gpt_oss_dir(tmp_path_factory.mktemp("gpt-oss-micro"), "micro")
 
 
 def test_a_local_gpt_oss_directory_speaks_harmony_and_the_evaluate_command_runs_it(gpt_oss_dir, capsys):

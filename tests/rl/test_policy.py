@@ -29,6 +29,23 @@ def test_local_directory_loads_the_same_model(micro_policy, tmp_path):
     torch.testing.assert_close(logits(loaded.model), logits(micro_policy.model), rtol=0, atol=0)
 
 
+def test_a_written_gpt_oss_directory_loads_in_harmony_with_its_shape_and_dtype(tmp_path):
+    from sinkflex_lib.models import PRESETS
+    from sinkflex_lib.rl.harmony import HARMONY_VOCAB_SIZE, HarmonyFormat
+    from sinkflex_lib.rl.policy import write_gpt_oss_dir
+
+    folder = write_gpt_oss_dir(tmp_path / "g", "micro", dtype=torch.bfloat16, num_hidden_layers=3)
+    loaded = build_policy(str(folder), dtype=torch.bfloat16)
+    cfg, harmony = loaded.model.config, HarmonyFormat()
+    assert isinstance(loaded.chat, HarmonyFormat)
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == (3, PRESETS["micro"]["hidden_size"], HARMONY_VOCAB_SIZE)
+    assert (cfg.pad_token_id, cfg.eos_token_id) == (harmony.pad_id, harmony.return_id)
+    assert all(p.dtype == torch.bfloat16 for p in loaded.model.parameters())
+    again = build_policy(str(write_gpt_oss_dir(tmp_path / "h", "micro", dtype=torch.bfloat16, num_hidden_layers=3)),
+                         dtype=torch.bfloat16)
+    torch.testing.assert_close(logits(again.model), logits(loaded.model), rtol=0, atol=0)     # seeded
+
+
 def test_reference_is_the_starting_weights(micro_policy_factory):
     policy = micro_policy_factory()
     with pytest.raises(RuntimeError, match="freeze_reference"):
