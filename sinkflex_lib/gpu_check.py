@@ -1,15 +1,20 @@
 """`make gpu-check`: every CUDA check behind one command, a short table printed last.
 
-1. the tests marked `cuda` (flex forward and backward against the blocked float64 reference);
-2. flex (compiled) against eager attention at gpt-oss-20b's head shape in bf16: error against
+1. flex (compiled) against eager attention at gpt-oss-20b's head shape in bf16: error against
    float64 and forward+backward time, measured side by side;
-3. a short training-step memory sweep, eager against flex (`sinkflex_lib.bench`);
-4. the paper's setup (Harmony, LoRA, bf16, flex) at gpt-oss-20b's layer shape, two layers of
-   random weights: the trainer's first GRPO step, then a forced update (`paper_setup_check`).
+2. the tests marked `cuda` (flex forward and backward against the blocked float64 reference);
+3. the paper's setup (Harmony, LoRA, bf16, flex) at gpt-oss-20b's layer shape, two layers of
+   random weights: the trainer's first GRPO step, then a forced update (`paper_setup_check`);
+4. a short training-step memory sweep, eager against flex (`sinkflex_lib.bench`).
 
-Each check's line is printed as it ends; an exception fails that check alone. On an H200
-(figures/gpu_check_h200) checks 1-3 took over 6 minutes (tests 218 s, sweep 158 s), and check
-4 had not ended 2 minutes later. Exits 2 without CUDA, 1 if any check fails.
+Each check runs in its own process group under a deadline: at most its own cap (`CHECKS`) and
+what is left of the whole run's budget (`BUDGET_S`, 7.5 minutes, so the table comes within
+`make gpu-check`'s 8); a check past its deadline is stopped with everything it started and
+reported as TIME, a check with too little time left as SKIP, an exception as FAIL; each
+check's line is printed as it ends. `--only` picks checks (e.g. the sweep alone). On an H200
+(figures/gpu_check_h200, before the deadlines) the cuda tests took 218 s and an eight-point sweep
+158 s, and the paper-setup check had not ended 2 minutes after them. Exits 2 without CUDA, 1 if
+any check does not pass.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import tempfile
 import traceback
@@ -31,15 +37,17 @@ from .paths import REPO_ROOT
 
 
 def run_cuda_tests(out_dir: Path) -> tuple[str, str]:
-    """The `cuda`-marked tests, with their 15 longest durations; the whole output goes to
-    out_dir/cuda_tests.log."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--durations=15", "-m", "cuda", "tests"], cwd=REPO_ROOT,
-                          capture_output=True, text=True)
+    """The `cuda`-marked tests, with their 15 longest durations, written to out_dir/cuda_tests.log
+    as they run (so a run stopped at its deadline leaves its log)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "cuda_tests.log").write_text(proc.stdout + "\n" + proc.stderr)
-    print(proc.stdout[-3000:], proc.stderr[-2000:], sep="\n", flush=True)
-    last = (proc.stdout.strip().splitlines() or ["no output"])[-1]
-    return ("pass" if proc.returncode == 0 else "FAIL"), last
+    log = out_dir / "cuda_tests.log"
+    with open(log, "w") as f:
+        code = subprocess.run([sys.executable, "-m", "pytest", "-q", "--durations=15", "-m", "cuda", "tests"],
+                              cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    text = log.read_text()
+    print(text[-4000:], flush=True)
+    last = (text.strip().splitlines() or ["no output"])[-1]
+    return ("pass" if code == 0 else "FAIL"), last
 
 
 def _time(fn, repeats: int = 5) -> float:
@@ -89,7 +97,7 @@ def memory_sweep_check(out_dir: Path, seqs=(2048, 4096, 8192)) -> tuple[str, str
     from .bench import run_memory_sweep
 
     sweep = run_memory_sweep(["eager", "flex"], list(seqs), config="gpt-oss-20b", layers=2, batch=1,
-                             dtype="bfloat16", device="cuda", warmup=1, steps=2, timeout_s=600, out=out_dir)
+                             dtype="bfloat16", device="cuda", warmup=1, steps=2, timeout_s=120, out=out_dir)
     print(sweep.to_markdown(), flush=True)
     flex_ok = all(p.status == "ok" for p in sweep.points if p.backend == "flex")
     both = [n for n in seqs if all(sweep.point(b, n).status == "ok" for b in ("eager", "flex"))]
@@ -172,12 +180,23 @@ def forced_update(policy, cfg, task_id: str, group_size: int, device: str) -> di
             **{k: upd[k] for k in ("policy_loss", "ratio_mean") if k in upd}}
 
 
-def flex_eager_check() -> tuple[str, str]:
+def flex_eager_check(out_dir: Path | None = None) -> tuple[str, str]:
     r = compare_flex_eager()
     return ("pass" if r["flex_rel_err"] < 2e-2 else "FAIL"), (
         f"rel err flex {r['flex_rel_err']:.1e} eager {r['eager_rel_err']:.1e}; "
         f"fwd+bwd {r['flex_s'] * 1e3:.1f} ms vs {r['eager_s'] * 1e3:.1f} ms "
         f"(x{r['eager_s'] / r['flex_s']:.2f}); peak {r['flex_peak_gb']:.2f} vs {r['eager_peak_gb']:.2f} GB")
+
+
+# key: (title, the most seconds it may take, check(out_dir) -> (status, detail)), in the order run
+CHECKS = {
+    "flex": ("flex vs eager, N=4096 bf16", 90, flex_eager_check),
+    "tests": ("cuda tests", 240, run_cuda_tests),
+    "paper": ("paper setup, 2 layers of 20b", 150, paper_setup_check),
+    "sweep": ("memory sweep eager/flex", 150, memory_sweep_check),
+}
+BUDGET_S = 450.0      # the whole run: the table within make gpu-check's 8 minutes
+MIN_CHECK_S = 30.0    # a check with less time left than this is skipped, not started
 
 
 def _guarded(check) -> tuple[str, str]:
@@ -187,33 +206,86 @@ def _guarded(check) -> tuple[str, str]:
     except Exception as e:  # noqa: BLE001 - every check runs, the table reports each
         traceback.print_exc()
         status, detail = "FAIL", f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     print(f"-> {status}: {detail}", flush=True)
     return status, detail
+
+
+def run_in_group(cmd: list[str], timeout_s: float) -> int | None:
+    """Run `cmd` in a new process group; past `timeout_s` kill the whole group (the check's own
+    subprocesses too). Its exit code, or None when it was stopped."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+
+
+def run_check_process(key: str, out_dir: Path, timeout_s: float) -> tuple[str, str]:
+    """One check in a child process (``--child KEY``) under `timeout_s`; its (status, detail)."""
+    result = out_dir / f"{key}.result.json"
+    result.unlink(missing_ok=True)
+    start = time.monotonic()
+    code = run_in_group([sys.executable, "-m", "sinkflex_lib.gpu_check", "--child", key, "--out", str(out_dir)],
+                        timeout_s)
+    if code is None:
+        return "TIME", f"stopped at its deadline, {time.monotonic() - start:.0f} s"
+    if not result.is_file():
+        return "FAIL", f"the check's process exited {code} with no result"
+    return tuple(json.loads(result.read_text()))
+
+
+def run_checks(keys: list[str], out_dir: Path, budget_s: float = BUDGET_S,
+               run=run_check_process) -> list[tuple[str, str, str]]:
+    """(title, status, detail) of each check of `keys`, in order, each under min(its cap, what is
+    left of `budget_s`); SKIP once less than MIN_CHECK_S is left."""
+    deadline, rows = time.monotonic() + budget_s, []
+    for key in keys:
+        title, cap, _ = CHECKS[key]
+        left = deadline - time.monotonic()
+        if left < MIN_CHECK_S:
+            rows.append((title, "SKIP", f"{max(left, 0):.0f} s of the {budget_s:.0f} s budget left"))
+            continue
+        print(f"== {title} (at most {min(cap, left):.0f} s)", flush=True)
+        status, detail = run(key, out_dir, min(cap, left))
+        if status == "TIME":
+            print(f"-> {status}: {detail}", flush=True)
+        rows.append((title, status, detail))
+    return rows
+
+
+def table(rows: list[tuple[str, str, str]]) -> str:
+    width = max(len(title) for title, *_ in rows)
+    lines = ["check".ljust(width) + " | status | detail", "-" * width + "-+--------+-------"]
+    return "\n".join(lines + [f"{t.ljust(width)} | {st.ljust(6)} | {d}" for t, st, d in rows])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Every CUDA check of sinkflex-rl")
     parser.add_argument("--out", default=str(REPO_ROOT / "runs" / "gpu_check"))
-    parser.add_argument("--skip-sweep", action="store_true")
-    parser.add_argument("--skip-paper-setup", action="store_true")
+    parser.add_argument("--only", default=",".join(CHECKS), help=f"checks to run, in order: {','.join(CHECKS)}")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S)
+    parser.add_argument("--child", choices=list(CHECKS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.child:   # one check, in the process run_check_process started
+        status, detail = _guarded(lambda: CHECKS[args.child][2](out))
+        (out / f"{args.child}.result.json").write_text(json.dumps([status, detail]))
+        return 0
+    keys = [k for k in args.only.split(",") if k]
+    unknown = [k for k in keys if k not in CHECKS]
+    if unknown:
+        parser.error(f"unknown check(s) {unknown}; choose from {','.join(CHECKS)}")
     if not torch.cuda.is_available():
         print("gpu-check: no CUDA device here; run it on a GPU machine (make gpu-check).")
         return 2
     print(f"gpu-check on {torch.cuda.get_device_name(0)}, torch {torch.__version__}", flush=True)
-    out = Path(args.out)
-    checks = [("cuda tests", lambda: run_cuda_tests(out)), ("flex vs eager, N=4096 bf16", flex_eager_check)]
-    if not args.skip_sweep:
-        checks.append(("memory sweep eager/flex", lambda: memory_sweep_check(out)))
-    if not args.skip_paper_setup:
-        checks.append(("paper setup, 2 layers of 20b", lambda: paper_setup_check(out)))
-    rows = [(name, *_guarded(check)) for name, check in checks]
-    width = max(len(name) for name, *_ in rows)
-    print("\n" + "check".ljust(width) + " | status | detail")
-    print("-" * width + "-+--------+-------")
-    for name, status, detail in rows:
-        print(f"{name.ljust(width)} | {status.ljust(6)} | {detail}")
+    rows = run_checks(keys, out, args.budget_s)
+    print("\n" + table(rows))
     return 0 if all(status == "pass" for _, status, _ in rows) else 1
 
 
