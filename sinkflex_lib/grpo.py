@@ -51,7 +51,7 @@ import torch
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
-__all__ = ["AGG_MODES", "group_advantages", "permute_within_groups", "kl_k3", "agg_loss", "grpo_loss"]
+__all__ = ["AGG_MODES", "group_advantages", "scale_negative", "permute_within_groups", "kl_k3", "agg_loss", "grpo_loss"]
 
 
 # -- advantages ----------------------------------------------------------------------------
@@ -95,6 +95,15 @@ def group_advantages(rewards, group_size: int, norm_by_std: bool = True, eps: fl
     constant = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)
     adv = torch.where(constant, torch.zeros_like(adv), adv)
     return adv.reshape(-1)
+
+
+def scale_negative(advantages, scale: float):
+    """`advantages` with each negative entry multiplied by `scale` (0: only the rollouts above
+    their group's mean are reinforced and none is pushed down; 1: unchanged)."""
+    if not _is_real(scale) or not math.isfinite(scale) or scale < 0:
+        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
+    a = torch.as_tensor(advantages)
+    return a if scale == 1 else torch.where(a < 0, a * scale, a)
 
 
 def permute_within_groups(rewards, group_size: int, rng):

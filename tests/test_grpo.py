@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from sinkflex_lib.grpo import AGG_MODES, agg_loss, group_advantages, grpo_loss, kl_k3, permute_within_groups
+from sinkflex_lib.grpo import (AGG_MODES, agg_loss, group_advantages, grpo_loss, kl_k3, permute_within_groups,
+                               scale_negative)
 
 F64 = torch.float64
 
@@ -394,3 +395,15 @@ def test_permute_within_groups_keeps_each_groups_rewards_and_draws_every_order()
     assert sorted(permute_within_groups(strided, 3, np.random.default_rng(0)).tolist()[:3]) == [0.0, 2.0, 4.0]
     with pytest.raises(ValueError, match="groups of 4"):
         permute_within_groups(rewards, 4, np.random.default_rng(0))
+
+
+def test_scale_negative_scales_only_the_negative_advantages():
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]), 4)
+    for scale in (0.0, 0.5, 2.0):
+        want = [a * scale if a < 0 else a for a in adv.tolist()]
+        assert scale_negative(adv, scale).tolist() == pytest.approx(want, rel=0, abs=0)
+    assert scale_negative(adv, 1.0) is adv
+    assert scale_negative(adv, 0.0).min() == 0 and scale_negative(adv, 0.0).max() == adv.max()
+    for bad in (-0.1, math.nan, math.inf, "0", True):
+        with pytest.raises(ValueError, match="scale"):
+            scale_negative(adv, bad)

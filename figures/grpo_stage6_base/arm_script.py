@@ -1,4 +1,4 @@
-"""Scratch GRPO arm from the shipped base: python arm.py NAME STEPS key=value ... ; then 110-task validation of the final policy. seed_=N picks the seed (added 2026-12-04; default 0, as every earlier arm ran)."""
+"""Scratch GRPO arm from the shipped base: python arm.py NAME STEPS key=value ... ; then 110-task validation of the final policy. seed_=N picks the seed (added 2026-12-04; default 0, as every earlier arm ran). value_weight_=W [other_weight_=V] (added 2026-12-04): the loss weight of the tokens of the string argument values of sampled tool calls (value_mask.py) and of the agent's other tokens (default 1)."""
 import sys, json, time, ast
 from pathlib import Path
 import torch
@@ -12,6 +12,30 @@ seed = over.pop("seed_", 0)
 if neg is not None:   # scratch: negative advantages scaled by `neg` (0: reinforce successes only)
     _ga = T.group_advantages
     T.group_advantages = lambda r, g, norm_by_std=True: (lambda a: torch.where(a < 0, a * neg, a))(_ga(r, g, norm_by_std=norm_by_std))
+value_w = over.pop("value_weight_", None)      # scratch (2026-12-04): loss weights of the agent's tokens by kind:
+other_w = over.pop("other_weight_", 1.0)       # value_w on the argument values of sampled tool calls, other_w on the rest
+if value_w is not None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from value_mask import value_positions
+    from sinkflex_lib.rl.policy import build_policy
+    from sinkflex_lib.rl.chat import END
+    _tok = build_policy("base-tiny").tokenizer
+    _end = _tok.convert_tokens_to_ids(END)
+    _collate = T.collate
+    def _weighted(rollouts, pad_id):
+        b = _collate(rollouts, pad_id)
+        agent = float(b["mask"].sum())
+        w = b["mask"] * other_w
+        n_val = 0
+        for i, r in enumerate(rollouts):
+            pos = value_positions(_tok, r.ids, r.mask, _end)
+            n_val += len(pos)
+            for t in pos:
+                w[i, t] = b["mask"][i, t] * value_w
+        b["mask"] = w
+        print(f"weighted: {n_val} value tokens of {agent:.0f} agent tokens; loss weight {float(w.sum()):.0f}", flush=True)
+        return b
+    T.collate = _weighted
 cfg = TrainConfig.from_profile("cpu", steps=steps, **over)
 out = Path.home() / "sinkflex_runs" / name
 res = T.train(cfg, out, seed=seed, resume=(out / "checkpoint").exists())

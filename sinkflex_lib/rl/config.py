@@ -56,6 +56,8 @@ class TrainConfig:
     beta: float = 0.0
     loss_agg_mode: str = "token-mean"
     norm_adv_by_std: bool = True
+    negative_advantage_scale: float = 1.0   # negative advantages times this (0: reinforce only the rollouts
+                                            # above their group's mean; `grpo.scale_negative`)
     shuffle_rewards: bool = False      # a control without signal: each group's rewards permuted before the advantages
     # rollouts
     max_turns: int = RolloutConfig.max_turns       # the rollout budgets' one source: RolloutConfig

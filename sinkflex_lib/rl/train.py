@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from ..envs import RetailEnv
-from ..grpo import group_advantages, grpo_loss, permute_within_groups
+from ..grpo import group_advantages, grpo_loss, permute_within_groups, scale_negative
 from ..envs.data import load_source
 from .evaluate import all_baselines, balanced_task_ids, is_write_task, summarize, task_kind
 from ..machine import ThreadPicker, peak_memory_gb
@@ -213,7 +213,8 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
     rewards = batch["reward"]
     if cfg.shuffle_rewards:  # the control without signal: which episode of a group counts as good is random
         rewards = permute_within_groups(rewards, cfg.group_size, rng)   # (so its minibatch order differs too)
-    adv = group_advantages(rewards, cfg.group_size, norm_by_std=cfg.norm_adv_by_std)
+    adv = scale_negative(group_advantages(rewards, cfg.group_size, norm_by_std=cfg.norm_adv_by_std),
+                         cfg.negative_advantage_scale)
     model = policy.model
     model.train()
     sums, n_mb, n_tok = {}, 0, 0

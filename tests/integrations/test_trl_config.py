@@ -56,6 +56,8 @@ def test_overrides_and_geometry(tmp_path):
     (dict(group_size=1, minibatch_size=4), 1, {}, "group_size >= 2"),
     (dict(loss_agg_mode="sum"), 1, {}, "loss_agg_mode must be one of"),
     (dict(sample_groups=16), 1, {}, "dynamic sampling"),
+    (dict(negative_advantage_scale=0.0), 1, {}, "negative_advantage_scale"),
+    (dict(shuffle_rewards=True), 1, {}, "shuffle_rewards"),
     ({}, 1, dict(no_such_field=1), "unknown GRPOConfig field"),
 ])
 def test_bad_input_names_the_field(tmp_path, cfg_change, processes, overrides, match):

@@ -204,6 +204,23 @@ def test_shuffled_rewards_reach_the_advantages_permuted_within_their_groups(micr
     assert [sorted(shuffled[k:k + 4].tolist()) for k in (0, 4)] == [sorted(rewards[k:k + 4]) for k in (0, 4)]
 
 
+def test_negative_advantages_reach_the_update_scaled(micro_policy):
+    """negative_advantage_scale=0 drops the pushes down: with group-normalised advantages the
+    positive and negative halves weigh the same, so the mean |advantage| halves."""
+    from sinkflex_lib.rl.rollout import RolloutConfig, rollout_batch
+
+    rs = rollout_batch(micro_policy, [("cancel_000", 0)] * 8, RolloutConfig(max_turns=1, max_tokens=400, max_new_tokens=4),
+                       torch.Generator().manual_seed(1))
+    for r, x in zip(rs, [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0]):
+        r.reward = x
+    seen = {}
+    for scale in (1.0, 0.0):
+        cfg = TrainConfig.from_profile("smoke", group_size=4, minibatch_size=8, negative_advantage_scale=scale, lr=0.0)
+        opt = torch.optim.SGD(micro_policy.model.parameters(), lr=0.0)
+        seen[scale] = train_mod.grpo_update(micro_policy, opt, rs, cfg, np.random.default_rng(3))["adv_abs_mean"]
+    assert seen[0.0] == pytest.approx(seen[1.0] / 2, rel=1e-6) and seen[0.0] > 0
+
+
 def test_validation_on_a_split_takes_every_task_of_it():
     cfg = TrainConfig.from_profile("smoke", val_source="mini", val_split="test")
     from sinkflex_lib.envs import RetailEnv

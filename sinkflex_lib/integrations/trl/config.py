@@ -20,6 +20,7 @@
 | (no MoE term in our loss)       | `router_aux_loss_coef` = 0           | TRL would add gpt-oss's load-balancing loss (coefficient 0.9) |
 | (KL not weighted by the ratio)  | `use_bias_correction_kl` = False     | TRL 1.16's default True multiplies the k3 term by pi/pi_old |
 | `sample_groups` (dynamic sampling) | (none)                            | refused; `trl_profile` turns it off |
+| `negative_advantage_scale` != 1, `shuffle_rewards` | (none)              | refused: TRL's advantages are the plain group-relative ones |
 
 Token-mean in TRL: "bnpo" divides each micro-batch's token sum by its own token count, which is
 our per-minibatch token-mean exactly in one process; with P processes DDP averages the P local
@@ -93,6 +94,9 @@ def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int 
     if cfg.sample_groups:
         raise ValueError(f"sample_groups={cfg.sample_groups} (dynamic sampling) has no GRPOTrainer "
                          "equivalent: set sample_groups=None for TRL")
+    if cfg.negative_advantage_scale != 1 or cfg.shuffle_rewards:
+        raise ValueError("negative_advantage_scale != 1 and shuffle_rewards (the control without signal) have no "
+                         "GRPOTrainer equivalent: TRL computes plain group-relative advantages")
     geometry = batch_geometry(cfg, num_processes)
     kwargs = dict(
         output_dir=str(output_dir), seed=seed, data_seed=seed, **mapped_fields(cfg, geometry),
