@@ -9,9 +9,8 @@ over = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in sys.argv[3:
 torch.set_num_threads(over.pop("threads_", 1))
 neg = over.pop("neg_", None)
 seed = over.pop("seed_", 0)
-if neg is not None:   # scratch: negative advantages scaled by `neg` (0: reinforce successes only)
-    _ga = T.group_advantages
-    T.group_advantages = lambda r, g, norm_by_std=True: (lambda a: torch.where(a < 0, a * neg, a))(_ga(r, g, norm_by_std=norm_by_std))
+if neg is not None:   # negative advantages scaled by `neg` (0: reinforce successes only); the runs at eec836e
+    over["negative_advantage_scale"] = neg   # patched group_advantages the same way, before the library had the field
 value_w = over.pop("value_weight_", None)      # scratch (2026-12-04): loss weights of the agent's tokens by kind:
 other_w = over.pop("other_weight_", 1.0)       # value_w on the argument values of sampled tool calls, other_w on the rest
 if value_w is not None:

@@ -1,6 +1,6 @@
-"""Scratch: weight of the argument-value tokens of sampled tool calls in the GRPO loss."""
-import torch
+"""Scratch: the positions of the argument-value tokens of sampled tool calls (their GRPO loss weight, arm_script.py)."""
 from sinkflex_lib.envs.actions import argument_value_spans
+from sinkflex_lib.rl.warmstart import span_weights
 
 
 def turn_runs(mask):
@@ -18,16 +18,11 @@ def value_positions(tok, ids, mask, end_id):
     """Positions of tokens that overlap a string argument value of a sampled tool call."""
     out = []
     for s, e in turn_runs(mask):
-        turn = [t for t in ids[s:e]]
-        if turn and turn[-1] == end_id:
-            turn = turn[:-1]
-        text = tok.decode(turn)
-        spans = argument_value_spans(text)
+        turn = ids[s:e - 1] if ids[e - 1] == end_id else ids[s:e]
+        spans = [(a, b, 0.0) for _, a, b in argument_value_spans(tok.decode(turn))]
         if not spans:
             continue
         ends = [len(tok.decode(turn[:k + 1])) for k in range(len(turn))]
-        starts = [0] + ends[:-1]
-        for k, (a, b) in enumerate(zip(starts, ends)):
-            if any(a < se and b > ss for _, ss, se in spans):
-                out.append(s + k)
+        weights = span_weights(list(zip([0] + ends[:-1], ends)), spans)
+        out += [s + k for k, w in enumerate(weights) if w == 0.0]
     return out
