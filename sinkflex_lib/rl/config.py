@@ -118,13 +118,13 @@ PROFILES = {
     # (`evaluate.oracle_in_budget_rewards`; its longest turn is 151 tokens, cut at 128 in 53 of 4,592
     # turns and still confirmed, its longest episode 2,727): at the earlier 1,536 tokens and 48 a turn, imitating the oracle scored 0.527
     # on the 55 validation tasks, 0 on five of the eight write kinds. lr, dynamic sampling and the
-    # KL term from four calibration arms from the stage-2 base shipped then (README, "Limits"): with 8 groups
+    # KL term from four calibration arms from the stage-2 base shipped then (EXPERIMENTS.md, section 4): with 8 groups
     # sampled a step and the first 4 with reward spread trained on, lr 3e-4 fell to 0.109 by step
     # 10; lr 1e-4 and 5e-5 (beta 0) rose, then fell back by step 30 (0.182, 0.200); lr 1e-4 with
     # the paper's KL term to the base (beta 0.05) held 0.236 at steps 10, 20 and 30 (write tasks
     # 0.05 -> 0.10). From the stage-3 base, no arm lifted validation: this profile, lr 5e-5, 16
     # groups sampled, 90 steps, five kinds only, temperature 0.7 or 0.5, lr 3e-4 or 1e-3 warmed up
-    # (README, "GRPO from the stage-3 base"); from the stage-5 base shipped now: README, "Results".
+    # (EXPERIMENTS.md, section 4); from the stage-6 base shipped now: README, "Results".
     "cpu": dict(policy="base-tiny", bc_episodes=0, source="train-world:1000", steps=30,
                 groups_per_step=4, group_size=8, sample_groups=8, minibatch_size=16, lr=1e-4, beta=0.05, max_turns=12,
                 max_tokens=3072, max_new_tokens=128, val_tasks=55, val_every=10, ckpt_every=10),

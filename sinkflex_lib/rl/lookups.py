@@ -3,7 +3,7 @@
 An id made of digits only (item and product ids) has no token of its own to match on: the call's
 ``product_id='`` and the result's ``product_id:`` share the key two tokens before the value, not the
 token just before it, so the one-back match the induction task teaches finds nothing. Two tasks
-teach the look-up (README, "Limits", measured):
+teach the look-up (EXPERIMENTS.md, section 2, measured):
 
 - `flat_lookup`: a short record ``<|tool|>{k1:v1,...,kn:vn}<|end|>`` of the domain's keys with
   values shaped like its ids, then 1-3 calls ``f(k='v')``; loss on the values only. Dense and short:
@@ -15,20 +15,20 @@ teach the look-up (README, "Limits", measured):
 - `item_lookup`: the same tool results, then a hint naming one of the order's items and the
   confirmation request of a return up to that item; loss on the item as the request states it
   (its name, ",item_id:", the id: :func:`~sinkflex_lib.envs.render.item_label`), the text right
-  before the id in the order's tool result. Measured from the `names` stage (README, "Limits"):
+  before the id in the order's tool result. Measured from the `names` stage (EXPERIMENTS.md, section 2):
   300 steps of these alone (batch 16, lr 1e-3) took the first token of the item ids that real
   confirmation requests state from 1 to 22 of 37 (whole ids 1 to 11), teacher-forced.
 - `new_item_lookup`: the same with the item's product details, the user's "the T-Shirt (color
   white, size L) to the variant with color black, size M", and the confirmation request of an
   exchange or item change up to the new item; loss on the new item as the request states it (its
   options, ",item_id:", the id), the text right before the id in the product's variants. The
-  stage-5 base stated 1 of 23 new items' first id token right, teacher-forced (README, "Limits").
+  stage-5 base stated 1 of 23 new items' first id token right, teacher-forced (EXPERIMENTS.md, section 2).
 - `call_lookup`: an order's tool result (and its items' products), the whole confirmation request
   of a return, exchange or item change as the oracle states it, the user's "yes", then the write
   call; loss on the call. The call repeats the request's ids one line up, but in lists without the
   words before each id (``item_ids=['...', '...'], new_item_ids=['...']``): the stage-6 base got
   the first token of a new item's id wrong in the call even after a request that stated it right
-  (teacher-forced item ids in calls 31%, README, "Limits").
+  (teacher-forced item ids in calls 31%, EXPERIMENTS.md, section 2).
 
 Each returns a `Rollout` layout whose `old_logp` carries the loss weights (as
 `warmstart.demonstration`): `weight` on the value tokens, 0 elsewhere; mask 1 on the values.

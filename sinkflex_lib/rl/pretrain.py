@@ -24,7 +24,7 @@ of compute). Then whole episodes (cut at the
 last agent turn that fits `max_tokens`). After the induction phase every step may add
 `induction_mix` induction examples (a second forward), so the circuit is kept while episodes train.
 A run can also start from another policy's weights (`init`, ``--init``) instead of random ones.
-Measured on 2 cores (README, "Limits"): from random weights the induction loss of these settings
+Measured on 2 cores (EXPERIMENTS.md, section 2): from random weights the induction loss of these settings
 (strings of 8-32 tokens, gaps of 0-16, batch 64, lr 3e-3) falls from 7.47 to 2.07 nats by step
 600, while the earlier settings (gaps up to 64, small alphabets, batch 32) and the same settings
 started from a base trained on episodes (7.47 -> 7.02 in 840 steps) formed no circuit.
@@ -127,9 +127,9 @@ PROFILES = {
     # (about 85 minutes on 2 cores) so that the stage finishes inside one working session.
     # A run of this stage without `decision_weight` copied 94% of argument values by its step 500,
     # but its greedy episodes always confirmed "cancel, reason 'ordered by mistake'" whatever the
-    # request (README, "Limits"): the few words a request decides (`decision_spans`, scored as
+    # request (EXPERIMENTS.md, section 2): the few words a request decides (`decision_spans`, scored as
     # "write_choice" and "cancel_reason" by `copy_accuracy`) weigh 5 here. An A/B to step 500 from
-    # the shipped base (README, "Limits"): teacher-forced "write_choice" 0.65 at weight 1, 0.78 and
+    # the shipped base (EXPERIMENTS.md, section 2): teacher-forced "write_choice" 0.65 at weight 1, 0.78 and
     # 0.67 in two runs at 5 (other float rounding): no effect shown yet; greedy, all still cancel.
     # The shipped base ran this stage with the weight on the write's words and a cancel's reason
     # only; `decision_spans` now also gives the argument values where the confirmation request
@@ -152,13 +152,13 @@ PROFILES = {
     # a fifth stage (``--init`` the names stage's last step): its episodes with 8 item look-ups mixed
     # into every step (:func:`.lookups.item_lookup`): after 1,500 steps of episodes alone the names
     # stage stated the first token of no item id right in a confirmation (0 of 37 teacher-forced),
-    # while 300 steps of item look-ups alone took it to 22 of 37 (README, "Limits"). lr 7e-4, as stage 2.
+    # while 300 steps of item look-ups alone took it to 22 of 37 (EXPERIMENTS.md, section 2). lr 7e-4, as stage 2.
     "items": dict(induction_steps=0, copy_steps=0, steps=1000, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, item_lookup_mix=8),
     # a sixth stage (``--init`` the shipped stage-5 base): its episodes with 4 item look-ups and 8
     # new-item look-ups a step (:func:`.lookups.new_item_lookup`): the stage-5 base stated the first
     # id token of 1 of 23 new items right in an exchange's or item change's confirmation
-    # (teacher-forced), 30 of 37 items already bought (README, "Limits"). lr as stage 5. Shipped at
+    # (teacher-forced), 30 of 37 items already bought (EXPERIMENTS.md, section 2). lr as stage 5. Shipped at
     # 4456670: new items 2 -> 7 of 32 (first tokens, another count), mean@1 0.345 -> 0.391 on 110 tasks.
     "variants": dict(induction_steps=0, copy_steps=0, steps=800, lr=7e-4, warmup=50, decision_weight=5.0,
                      max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8),
@@ -166,13 +166,13 @@ PROFILES = {
     # (:func:`.lookups.call_lookup`: the write call after its confirmation request), 2 item, 4
     # new-item and 2 world look-ups (the product a user's words name: product ids in calls 25%).
     # Teacher-forced, the stage-6 base got the first token of a new item's id wrong in the write
-    # call after a request that stated it right (item ids in calls 31%; README, "Limits").
+    # call after a request that stated it right (item ids in calls 31%; EXPERIMENTS.md, section 2).
     "calls": dict(induction_steps=0, copy_steps=0, steps=500, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, eval_every=250, lookup_mix=2, item_lookup_mix=2, new_item_lookup_mix=4,
                   call_lookup_mix=8),
     # a third stage: digit-only ids (item, product) were never copied after the two stages above
     # (their first token, even with one candidate in the context): flat look-ups form a key -> value
-    # circuit, then episodes with look-ups in the worlds' own tool results (README, "Limits").
+    # circuit, then episodes with look-ups in the worlds' own tool results (EXPERIMENTS.md, section 2).
     "lookups": dict(induction_steps=0, lookup_steps=400, copy_steps=0, steps=3000, lr=7e-4, warmup=50,
                     lookup_mix=4),
 }

@@ -1,0 +1,94 @@
+"""Every GRPO arm from the shipped stage-6 base that was scored on all 110 tasks of eval-world:0, beside
+its shuffled-reward control: writes arms_table.md from the *_110_tasks.json files in this folder.
+
+python figures/grpo_stage6_base/arms_table.py   (reads and writes this folder only; no training)
+
+Each JSON is what the arm's scratch script wrote after its last step (the trainer's greedy validation
+with val_tasks=110: the `cpu` profile's budgets, 12 turns); base_step0_110_tasks.json is the shipped
+base under the same validation. How each arm ran: README.md in this folder.
+"""
+import json
+import statistics
+from pathlib import Path
+
+HERE = Path(__file__).parent
+N_TASKS, N_WRITE = 110, 80
+
+# (label, what differs from the `cpu` profile, commit it ran at, arm file, control file or None)
+ARMS = [
+    ("the profile", "none (its three seeds were scored on 55 tasks only)", "4456670", None, "control_C_step30"),
+    ("G16", "32 groups sampled, 16 trained on, minibatches of 64", "2614cc7", "arm_G16_step30", None),
+    ("O8", "eight fixed training tasks every step", "2614cc7", None, "control_O8_step30"),
+    ("L3", "lr 3e-5", "8296cfd", "control_L3_step30", "control_L3S_step30"),
+    ("B5", "beta 0.5", "ac6ea52", "control_B5_step30", "control_B5S_step30"),
+    ("L120", "120 steps", "4552915", "control_L120_step120", "control_L120S_step120"),
+    ("LoRA8 seed 0", "rank-8 LoRA on the attention projections, lr 5e-4", "46cfe87",
+     "arm_LoRA8_seed0_step30", "control_LoRA8_seed0_step30"),
+    ("LoRA8 seed 1", "the same, seed 1", "46cfe87", "arm_LoRA8_seed1_step30", "control_LoRA8_seed1_step30"),
+    ("V0", "argument-value tokens of sampled calls left out of the loss", "eec836e",
+     "arm_V0_step30", "control_V0_step30"),
+    ("VA", "argument-value tokens alone", "eec836e", "arm_VA_step30", "control_VA_step30"),
+    ("P0 seed 0", "only the successes reinforced (negative_advantage_scale=0)", "eec836e",
+     "arm_P0_step30", "control_P0_step30"),
+    ("P0 seed 1", "the same, seed 1", "eec836e", "arm_P0_seed1_step30", "control_P0_seed1_step30"),
+    ("P0 seed 2", "the same, seed 2", "eec836e", "arm_P0_seed2_step30", "control_P0_seed2_step30"),
+    ("N5 seed 0", "negative advantages halved (negative_advantage_scale=0.5)", "184f4a6", "arm_N5_seed0_step30", None),
+    ("N5 seed 1", "the same, seed 1", "184f4a6", "arm_N5_seed1_step30", None),
+    ("P0 seed 0, 60 steps", "P0 seed 0 resumed to step 60", "eec836e", "arm_P0_step60", None),
+    ("P0 seed 1, 60 steps", "P0 seed 1 resumed to step 60", "eec836e", "arm_P0_seed1_step60", None),
+]
+SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
+               "N5": ["N5 seed 0", "N5 seed 1"]}
+
+
+def scores(stem: str | None) -> tuple[float, float] | None:
+    """(all, write) mean@1 of `stem`_110_tasks.json; None when there is no such run."""
+    if stem is None or not (HERE / f"{stem}_110_tasks.json").exists():
+        return None
+    d = json.loads((HERE / f"{stem}_110_tasks.json").read_text())
+    return d["val_reward"], d["val_write_reward"]
+
+
+def three_places(score: float, n: int) -> str:
+    """A mean over n tasks to three places, half up in integer arithmetic (23/80 -> '0.288')."""
+    thousandths = (2000 * round(score * n) + n) // (2 * n)
+    return f"{thousandths // 1000}.{thousandths % 1000:03d}"
+
+
+def fmt(pair) -> str:
+    """'0.391 / 0.300' (all / write tasks), or '–' for a run that does not exist."""
+    if pair is None:
+        return "–"
+    return f"{three_places(pair[0], N_TASKS)} / {three_places(pair[1], N_WRITE)}"
+
+
+def mean_std(pairs) -> str:
+    """Mean ± sample std over seeds, for all and write tasks."""
+    cols = list(zip(*pairs))
+    return " / ".join(f"{statistics.mean(c):.3f} ± {statistics.stdev(c):.3f}" for c in cols)
+
+
+def table() -> str:
+    base = scores("base_step0")
+    rows = ["| arm | what differs from the `cpu` profile | commit | all / write tasks | its control (shuffled rewards) | arm minus control, tasks of 110 |",
+            "|---|---|---|---:|---:|---:|",
+            f"| the base (step 0) | no update | 4456670 | {fmt(base)} | | |"]
+    got = {}
+    for label, change, commit, arm, control in ARMS:
+        a, c = scores(arm), scores(control)
+        got[label] = (a, c)
+        diff = f"{round(a[0] * N_TASKS) - round(c[0] * N_TASKS):+d}" if a and c else ""
+        rows.append(f"| {label} | {change} | {commit} | {fmt(a)} | {fmt(c)} | {diff} |")
+    for name, labels in SEED_GROUPS.items():
+        arms = [got[l][0] for l in labels if got[l][0]]
+        ctrls = [got[l][1] for l in labels if got[l][1]]
+        if len(arms) > 1:
+            rows.append(f"| {name}, {len(arms)} seeds (mean ± std) | | | {mean_std(arms)} | "
+                        f"{mean_std(ctrls) if len(ctrls) > 1 else ''} | |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    text = table()
+    (HERE / "arms_table.md").write_text(text)
+    print(text)
