@@ -11,6 +11,8 @@ import json
 import statistics
 from pathlib import Path
 
+from sinkflex_lib.tables import markdown_table
+
 HERE = Path(__file__).parent
 N_TASKS, N_WRITE = 110, 80
 
@@ -68,25 +70,25 @@ def mean_std(pairs) -> str:
     return " / ".join(f"{statistics.mean(c):.3f} ± {statistics.stdev(c):.3f}" for c in cols)
 
 
+COLUMNS = ["arm", "what differs from the `cpu` profile", "commit", "all / write tasks",
+           "its control (shuffled rewards)", "arm minus control, tasks of 110"]
+
+
 def table() -> str:
-    base = scores("base_step0")
-    rows = ["| arm | what differs from the `cpu` profile | commit | all / write tasks | its control (shuffled rewards) | arm minus control, tasks of 110 |",
-            "|---|---|---|---:|---:|---:|",
-            f"| the base (step 0) | no update | 4456670 | {fmt(base)} | | |"]
+    """The Markdown table (the project's one table writer, `tables.markdown_table`)."""
+    rows = [dict(zip(COLUMNS, ["the base (step 0)", "no update", "4456670", fmt(scores("base_step0"))]))]
     got = {}
     for label, change, commit, arm, control in ARMS:
-        a, c = scores(arm), scores(control)
-        got[label] = (a, c)
-        diff = f"{round(a[0] * N_TASKS) - round(c[0] * N_TASKS):+d}" if a and c else ""
-        rows.append(f"| {label} | {change} | {commit} | {fmt(a)} | {fmt(c)} | {diff} |")
+        a, c = got[label] = scores(arm), scores(control)
+        diff = f"{round(a[0] * N_TASKS) - round(c[0] * N_TASKS):+d}" if a and c else None
+        rows.append(dict(zip(COLUMNS, [label, change, commit, fmt(a), fmt(c), diff])))
     for name, labels in SEED_GROUPS.items():
         arms = [got[l][0] for l in labels if got[l][0]]
         ctrls = [got[l][1] for l in labels if got[l][1]]
         if len(arms) > 1:
-            rows.append(f"| {name}, {len(arms)} seeds (mean ± std) | | | {mean_std(arms)} | "
-                        f"{mean_std(ctrls) if len(ctrls) > 1 else ''} | |")
-    return "\n".join(rows) + "\n"
-
+            rows.append({COLUMNS[0]: f"{name}, {len(arms)} seeds (mean ± std)", COLUMNS[3]: mean_std(arms),
+                         COLUMNS[4]: mean_std(ctrls) if len(ctrls) > 1 else None})
+    return markdown_table(rows, COLUMNS, align="lllrrr")
 
 if __name__ == "__main__":
     text = table()
