@@ -1,6 +1,6 @@
 """Evaluation that cannot flatter: held-out worlds, every task counted, per kind, two baselines.
 
-    python -m sinkflex_lib.rl.evaluate --policy DIR --world-seed S [--tasks N] [--json]
+    python -m sinkflex_lib.rl.evaluate --policy DIR --world-seed S [--tasks N] [--samples N] [--json]
     python -m sinkflex_lib.rl.evaluate --policy DIR --source tau2 --json     # the real tasks
 
 The held-out world ``eval-world:S`` is generated on the fly (:mod:`sinkflex_lib.envs.data`):
@@ -18,6 +18,12 @@ the policy, the same tasks are scored for
   episode, turns): the most that imitating the oracle can score under those budgets. Below 1 on a
   kind, the budgets, not the policy, cap it.
 
+With ``--samples N`` the same tasks are also played N times each at temperature 1
+(``--temperature``; the user seed of the greedy episode, other policy draws) and scored as **pass@k** (:func:`pass_at_k`,
+k = 1, 2, 4, ..., N) and as **greedy or any sample**, the share of tasks that the greedy episode or
+one of the N sampled ones solves. RL that reweights the policy's own episodes (GRPO) can raise
+greedy mean@1 toward what sampling reaches; a task that no sample solves gives it no reward.
+
 Results are given overall, per task kind (``description.purpose``: one of the 11 synthetic kinds,
 a free-text purpose for the few real tau2 tasks that have one, "tau2" for the others) and for the
 **write tasks** (those whose gold actions call a write tool).
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -147,6 +154,57 @@ def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig
     return out
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The chance that at least one of k episodes drawn without replacement from n sampled ones,
+    c of which succeeded, succeeds: 1 - C(n-c, k) / C(n, k), the unbiased estimator of pass@k
+    (Chen et al., 2021, "Evaluating large language models trained on code")."""
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def sampled_successes(policy, source: str, task_ids: list[str], samples: int, cfg: RolloutConfig | None = None,
+                      seed: int = 0, batch: int = 64, log=None) -> dict[str, int]:
+    """Successes (reward 1) of `samples` episodes per task sampled at `cfg.temperature` (> 0),
+    user seed 0 as in the greedy evaluation, `batch` episodes a decode loop, the policy's draws
+    from one generator seeded with `seed`. `log`: called with a progress line per batch."""
+    import torch
+
+    cfg = RolloutConfig(**{**(cfg or RolloutConfig()).__dict__, "source": source})
+    if samples < 1 or batch < 1 or cfg.temperature <= 0:
+        raise ValueError(f"need samples >= 1, batch >= 1, temperature > 0; got {samples}, {batch}, {cfg.temperature}")
+    specs = [(t, 0) for t in task_ids for _ in range(samples)]
+    gen, wins, t0 = torch.Generator().manual_seed(seed), dict.fromkeys(task_ids, 0), time.perf_counter()
+    for start in range(0, len(specs), batch):
+        for r in rollout_batch(policy, specs[start:start + batch], cfg, gen):
+            wins[r.task_id] += r.reward == 1.0
+        if log is not None:
+            done = min(start + batch, len(specs))
+            log(f"sampled {done}/{len(specs)} episodes, {time.perf_counter() - t0:.0f} s")
+    return wins
+
+
+def summarize_samples(wins: dict[str, int], samples: int, source: str, greedy: dict[str, float] | None = None) -> dict:
+    """pass@k (k = 1, 2, 4, ..., `samples`) overall, on the write tasks and per kind, from the
+    successes per task; with `greedy` (reward per task), the share solved greedily or by a sample."""
+    tasks = load_source(source).tasks
+    ks = sorted({2 ** i for i in range(samples.bit_length())} | {samples})
+    kinds: dict[str, list[str]] = {}
+    for t in wins:
+        kinds.setdefault(task_kind(tasks[t]), []).append(t)
+
+    def stats(ids: list[str]) -> dict:
+        row = {"n": len(ids), "pass_at_k": {k: float(np.mean([pass_at_k(samples, wins[t], k) for t in ids]))
+                                            for k in ks}}
+        if greedy is not None:
+            row["greedy_or_any_sample"] = float(np.mean([greedy[t] == 1.0 or wins[t] > 0 for t in ids]))
+        return row
+
+    write = [t for t in wins if is_write_task(tasks[t])]
+    return {"samples": samples, "all": stats(list(wins)), "write": stats(write) if write else None,
+            "per_kind": {k: stats(ids) for k, ids in kinds.items()}, "per_task_successes": wins}
+
+
 def main(argv=None) -> int:
     from .policy import build_policy
 
@@ -161,6 +219,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max-turns", type=int, default=defaults.max_turns)
     ap.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
     ap.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    ap.add_argument("--samples", type=int_arg(0), default=0,
+                    help="also sample N episodes a task and report pass@k (default 0: greedy only)")
+    ap.add_argument("--temperature", type=float, default=defaults.temperature, help="of the sampled episodes")
+    ap.add_argument("--sample-seed", type=int, default=0, help="seed of the sampled episodes' draws")
     ap.add_argument("--threads", type=int_arg(1), default=None, help=THREADS_HELP)
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -176,10 +238,18 @@ def main(argv=None) -> int:
     cfg = RolloutConfig(max_turns=args.max_turns, max_tokens=args.max_tokens,
                         max_new_tokens=args.max_new_tokens)
     res = evaluate_policy(policy, source, task_ids, cfg)
+    if args.samples:
+        sample_cfg = RolloutConfig(**{**cfg.__dict__, "temperature": args.temperature})
+        wins = sampled_successes(policy, source, task_ids, args.samples, sample_cfg, args.sample_seed,
+                                 log=lambda line: print(line, file=sys.stderr, flush=True))
+        res["sampled"] = {**summarize_samples(wins, args.samples, source, res["per_task"]),
+                          "temperature": args.temperature, "seed": args.sample_seed}
     if args.json:
         print(json.dumps(res))
     else:
         print(format_table(res))
+        if args.samples:
+            print("\n" + format_samples_table(res["sampled"]))
     return 0
 
 
@@ -197,6 +267,20 @@ def format_table(res: dict) -> str:
                  f"{cells(lambda n: res.get(f'{n}_write_mean_at_1', NAN))} | |")
     lines.append(f"| **all** | {res['n_tasks']} | {res['mean_at_1']:.3f} | "
                  f"{cells(lambda n: res.get(f'{n}_mean_at_1', NAN))} | |")
+    return "\n".join(lines)
+
+
+def format_samples_table(sampled: dict) -> str:
+    """A Markdown table of :func:`summarize_samples`: pass@k per kind, then write tasks and all."""
+    ks = list(sampled["all"]["pass_at_k"])
+    lines = ["| kind | tasks | " + " | ".join(f"pass@{k}" for k in ks) + " | greedy or any sample |",
+             "|---|" + "---:|" * (len(ks) + 2)]
+    rows = [*sampled["per_kind"].items(), ("**write tasks**", sampled["write"]), ("**all**", sampled["all"])]
+    for name, row in rows:
+        if row is None:
+            continue
+        cells = " | ".join(f"{row['pass_at_k'][k]:.3f}" for k in ks)
+        lines.append(f"| {name} | {row['n']} | {cells} | {row.get('greedy_or_any_sample', NAN):.3f} |")
     return "\n".join(lines)
 
 

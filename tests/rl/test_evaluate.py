@@ -102,3 +102,81 @@ def test_evaluate_refuses_bad_arguments_before_loading_a_policy():
         ev.main(["--policy", "micro", "--world-seed", "3", "--source", "mini"])
     with pytest.raises(ValueError, match="tasks must be between"):
         ev.main(["--policy", "/no/such/dir", "--tasks", "0"])
+
+
+def test_pass_at_k_is_the_share_of_k_subsets_holding_a_success():
+    """Independent reference: enumerate every k-subset of n episodes, c of them successes."""
+    from itertools import combinations
+
+    for n in range(1, 7):
+        for c in range(n + 1):
+            outcomes = [1] * c + [0] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(combinations(outcomes, k))
+                assert ev.pass_at_k(n, c, k) == pytest.approx(sum(map(any, subsets)) / len(subsets))
+    for bad in ((4, 5, 1), (4, -1, 1), (4, 2, 0), (4, 2, 5)):
+        with pytest.raises(ValueError, match="need 0 <= c <= n"):
+            ev.pass_at_k(*bad)
+
+
+def test_sampled_successes_plays_every_task_samples_times_in_batches(monkeypatch):
+    from sinkflex_lib.rl.rollout import Rollout
+
+    ids = ev.balanced_task_ids(WORLD, 5)
+    wins_of = {t: i % 4 for i, t in enumerate(ids)}        # task i succeeds in its first i % 4 samples
+    seen, batches = {t: 0 for t in ids}, []
+
+    def fake_rollout_batch(policy, specs, cfg, gen):
+        assert cfg.temperature == 1.0 and cfg.source == WORLD and all(s == 0 for _, s in specs)
+        batches.append(len(specs))
+        out = []
+        for t, s in specs:
+            out.append(Rollout(t, s, reward=float(seen[t] < wins_of[t])))
+            seen[t] += 1
+        return out
+
+    monkeypatch.setattr(ev, "rollout_batch", fake_rollout_batch)
+    lines = []
+    got = ev.sampled_successes(None, WORLD, ids, 3, RolloutConfig(temperature=1.0), batch=4, log=lines.append)
+    assert got == {t: min(w, 3) for t, w in wins_of.items()}
+    assert batches == [4, 4, 4, 3] and len(lines) == 4 and lines[-1].startswith("sampled 15/15 episodes")
+    for bad in (dict(samples=0), dict(samples=2, batch=0), dict(samples=2, cfg=RolloutConfig(temperature=0.0))):
+        with pytest.raises(ValueError, match="need samples >= 1"):
+            ev.sampled_successes(None, WORLD, ids, **{"cfg": None, **bad})
+
+
+def test_the_forced_oracle_succeeds_in_every_sample(micro_policy):
+    tid = "cancel_000"
+    cfg = RolloutConfig(max_turns=30, max_tokens=8192, max_new_tokens=256, temperature=1.0)
+    policy = _forced_oracle(micro_policy, RetailEnv(WORLD).data.tasks[tid])
+    assert ev.sampled_successes(policy, WORLD, [tid], 1, cfg) == {tid: 1}
+
+
+def test_summarize_samples_per_kind_and_greedy_or_any_sample():
+    ids = ev.balanced_task_ids(WORLD, 22)
+    tasks = RetailEnv(WORLD).data.tasks
+    wins = {t: i % 6 for i, t in enumerate(ids)}            # 0 to 5 successes of 5 samples
+    greedy = {t: float(i % 3 == 0) for i, t in enumerate(ids)}
+    res = ev.summarize_samples(wins, 5, WORLD, greedy)
+    assert list(res["all"]["pass_at_k"]) == [1, 2, 4, 5]
+    assert res["all"]["pass_at_k"][1] == pytest.approx(sum(wins.values()) / (5 * 22))
+    assert res["all"]["pass_at_k"][5] == pytest.approx(sum(c > 0 for c in wins.values()) / 22)
+    assert res["all"]["greedy_or_any_sample"] == pytest.approx(
+        sum(greedy[t] == 1.0 or wins[t] > 0 for t in ids) / 22)
+    writes = [t for t in ids if any(a["name"] in WRITE_TOOLS for a in gold_actions(tasks[t]))]
+    assert res["write"]["n"] == len(writes) == 16
+    assert res["write"]["pass_at_k"][1] == pytest.approx(sum(wins[t] for t in writes) / (5 * 16))
+    assert sorted(res["per_kind"]) == sorted({tasks[t]["description"]["purpose"] for t in ids})
+    assert all(row["n"] == 2 for row in res["per_kind"].values())
+    table = ev.format_samples_table(res).splitlines()
+    assert table[0].startswith("| kind | tasks | pass@1 | pass@2 | pass@4 | pass@5 |") and len(table) == 2 + 11 + 2
+
+
+def test_evaluate_command_adds_the_sampled_results(capsys):
+    assert ev.main(["--policy", "micro", "--world-seed", "3", "--tasks", "11", "--max-turns", "2",
+                    "--max-new-tokens", "4", "--samples", "2", "--json"]) == 0
+    captured = capsys.readouterr()
+    res = json.loads(captured.out)
+    assert res["sampled"]["samples"] == 2 and res["sampled"]["temperature"] == 1.0
+    assert set(res["sampled"]["all"]["pass_at_k"]) == {"1", "2"} and res["sampled"]["all"]["n"] == 11
+    assert "sampled 22/22 episodes" in captured.err
