@@ -5,7 +5,9 @@ python figures/grpo_stage6_base/arms_table.py   (reads and writes this folder on
 
 Each JSON is what the arm's scratch script wrote after its last step (the trainer's greedy validation
 with val_tasks=110: the `cpu` profile's budgets, 12 turns); base_step0_110_tasks.json is the shipped
-base under the same validation. How each arm ran: README.md in this folder.
+base under the same validation. The S7 rows start from the supervised comparison's seed-7 policy
+instead of the base; its own row is the evaluate command's output with the same budgets
+(pass_at_k_supervised_seed7.json). How each arm ran: README.md in this folder.
 """
 import json
 import statistics
@@ -38,17 +40,24 @@ ARMS = [
     ("N5 seed 1", "the same, seed 1", "184f4a6", "arm_N5_seed1_step30", None),
     ("P0 seed 0, 60 steps", "P0 seed 0 resumed to step 60", "eec836e", "arm_P0_step60", None),
     ("P0 seed 1, 60 steps", "P0 seed 1 resumed to step 60", "eec836e", "arm_P0_seed1_step60", None),
+    ("S7", "no update: the base after 300 more supervised steps (seed 7), the start of the next rows", "184f4a6",
+     "pass_at_k_supervised_seed7", None),
+    ("S7-P0 seed 0", "P0 from S7 instead of the base", "05e9ee1", "arm_S7P0_seed0_step30", "control_S7P0_seed0_step30"),
+    ("S7-P0 seed 1", "the same, seed 1", "05e9ee1", "arm_S7P0_seed1_step30", "control_S7P0_seed1_step30"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
-               "N5": ["N5 seed 0", "N5 seed 1"]}
+               "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"]}
 
 
 def scores(stem: str | None) -> tuple[float, float] | None:
-    """(all, write) mean@1 of `stem`_110_tasks.json; None when there is no such run."""
-    if stem is None or not (HERE / f"{stem}_110_tasks.json").exists():
-        return None
-    d = json.loads((HERE / f"{stem}_110_tasks.json").read_text())
-    return d["val_reward"], d["val_write_reward"]
+    """(all, write) mean@1 of `stem`_110_tasks.json (the arm script's validation) or of `stem`.json
+    (the evaluate command's output); None when there is no such run."""
+    for path, keys in ((HERE / f"{stem}_110_tasks.json", ("val_reward", "val_write_reward")),
+                       (HERE / f"{stem}.json", ("mean_at_1", "write_mean_at_1"))):
+        if stem is not None and path.exists():
+            d = json.loads(path.read_text())
+            return d[keys[0]], d[keys[1]]
+    return None
 
 
 def three_places(score: float, n: int) -> str:
