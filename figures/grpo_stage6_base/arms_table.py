@@ -40,7 +40,8 @@ ARMS = [
     ("N5 seed 1", "the same, seed 1", "184f4a6", "arm_N5_seed1_step30", None),
     ("P0 seed 0, 60 steps", "P0 seed 0 resumed to step 60", "eec836e", "arm_P0_step60", None),
     ("P0 seed 1, 60 steps", "P0 seed 1 resumed to step 60", "eec836e", "arm_P0_seed1_step60", None),
-    ("S7", "no update: the base after 300 more supervised steps (seed 7), the start of the next rows", "184f4a6",
+    ("S7", "no update: the base after 300 more supervised steps (seed 7, trained at 184f4a6), the start "
+     "of the next rows", "05e9ee1",
      "pass_at_k_supervised_seed7", None),
     ("S7-P0 seed 0", "P0 from S7 instead of the base", "05e9ee1", "arm_S7P0_seed0_step30", "control_S7P0_seed0_step30"),
     ("S7-P0 seed 1", "the same, seed 1", "05e9ee1", "arm_S7P0_seed1_step30", "control_S7P0_seed1_step30"),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
+from arms_table import three_places   # this folder's script: a share of n tasks, half up
 from sinkflex_lib.envs import load_source
 from sinkflex_lib.plotting import save_figure, set_style
 from sinkflex_lib.rl.evaluate import task_kind
@@ -42,7 +43,8 @@ def summary_rows(results: dict[str, dict]) -> list[dict]:
         if r is None:
             continue
         s = r["sampled"]
-        rows.append({"policy": label, "greedy (all / write)": f"{r['mean_at_1']:.3f} / {r['write_mean_at_1']:.3f}",
+        greedy = f"{three_places(r['mean_at_1'], r['n_tasks'])} / {three_places(r['write_mean_at_1'], r['n_write_tasks'])}"
+        rows.append({"policy": label, "greedy (all / write)": greedy,
                      **{f"pass@{k}": f"{s['all']['pass_at_k'][k]:.3f} / {s['write']['pass_at_k'][k]:.3f}"
                         for k in ("1", "4", "32")},
                      "greedy or any of 32 samples": f"{s['all']['greedy_or_any_sample']:.3f} / "
