@@ -4,10 +4,10 @@ its shuffled-reward control: writes arms_table.md from the *_110_tasks.json file
 python figures/grpo_stage6_base/arms_table.py   (reads and writes this folder only; no training)
 
 Each JSON is what the arm's scratch script wrote after its last step (the trainer's greedy validation
-with val_tasks=110: the `cpu` profile's budgets, 12 turns); base_step0_110_tasks.json is the shipped
-base under the same validation. The S7 rows start from the supervised comparison's seed-7 policy
-instead of the base; its own row is the evaluate command's output with the same budgets
-(pass_at_k_supervised_seed7.json). How each arm ran: README.md in this folder.
+with val_tasks=110: the `cpu` profile's budgets, 12 turns). The rows of the shipped base and of S7 (the
+supervised comparison's seed-7 policy, where the S7 rows start) are the evaluate command's output
+with the same budgets (pass_at_k_base.json, pass_at_k_supervised_seed7.json; its greedy rewards equal
+the trainer's validation, task by task). How each arm ran: README.md in this folder.
 """
 import json
 import statistics
@@ -86,7 +86,7 @@ COLUMNS = ["arm", "what differs from the `cpu` profile", "commit", "all / write 
 
 def table() -> str:
     """The Markdown table (the project's one table writer, `tables.markdown_table`)."""
-    rows = [dict(zip(COLUMNS, ["the base (step 0)", "no update", "4456670", fmt(scores("base_step0"))]))]
+    rows = [dict(zip(COLUMNS, ["the base (step 0)", "no update", "05e9ee1", fmt(scores("pass_at_k_base"))]))]
     got = {}
     for label, change, commit, arm, control in ARMS:
         a, c = got[label] = scores(arm), scores(control)
