@@ -22,6 +22,16 @@ def _fmt(value, floatfmt: str) -> str:
     return str(value)
 
 
+def three_places(mean: float, n: int) -> str:
+    """A mean over `n` tasks (each scoring 0 or 1) to three decimal places, rounded half up in
+    integer arithmetic, so that 23/80 prints '0.288' wherever float rounding would put it:
+    three_places(23 / 80, 80) == '0.288'."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    thousandths = (2000 * round(mean * n) + n) // (2 * n)
+    return f"{thousandths // 1000}.{thousandths % 1000:03d}"
+
+
 def markdown_table(rows: list[dict], columns: list[str] | None = None, floatfmt: str = ".2e",
                    align: str | None = None) -> str:
     """A GitHub-flavoured Markdown table of `rows` (list of dicts) over `columns` (default: the

@@ -1,11 +1,12 @@
-"""save_table / markdown_table: fixed formatting, CSV at full precision."""
+"""save_table / markdown_table: fixed formatting, CSV at full precision; three_places: half-up shares."""
 
 import csv
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
-from sinkflex_lib.tables import markdown_table, save_table
+from sinkflex_lib.tables import markdown_table, save_table, three_places
 
 ROWS = [dict(name="a", n=3, err=1.234e-7, ok=True), dict(name="b", n=10, err=math.nan, ok=False)]
 
@@ -53,3 +54,17 @@ def test_markdown_alignment_row():
     assert md.splitlines()[1] == "|---:|:---|"
     with pytest.raises(ValueError, match="align"):
         markdown_table([{"n": 1}], align="rl")
+
+
+def test_three_places_rounds_every_share_half_up():
+    # reference: exact decimal division, rounded half up by the decimal module
+    for n in range(1, 121):
+        for k in range(n + 1):
+            want = str((Decimal(k) / Decimal(n)).quantize(Decimal("0.001"), rounding=ROUND_HALF_UP))
+            assert three_places(k / n, n) == want, (k, n)
+    assert three_places(23 / 80, 80) == "0.288" and format(23 / 80, ".3f") == "0.287"
+
+
+def test_three_places_needs_tasks():
+    with pytest.raises(ValueError, match="at least 1"):
+        three_places(0.0, 0)

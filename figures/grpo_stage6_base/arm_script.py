@@ -1,4 +1,4 @@
-"""Scratch GRPO arm from the shipped base: python arm.py NAME STEPS key=value ... ; then 110-task validation of the final policy. seed_=N picks the seed (added 2026-12-04; default 0, as every earlier arm ran). value_weight_=W [other_weight_=V] (added 2026-12-04): the loss weight of the tokens of the string argument values of sampled tool calls (value_mask.py) and of the agent's other tokens (default 1)."""
+"""Scratch GRPO arm from the shipped base: python arm.py NAME STEPS key=value ... ; then 110-task validation of the final policy. seed_=N picks the seed (added 2026-12-04; default 0, as every earlier arm ran). value_weight_=W [other_weight_=V] (added 2026-12-04): the loss weight of the tokens of the string argument values of sampled tool calls (value_mask.py) and of the agent's other tokens (default 1). train_on_val_=True (added 2026-12-04, session 29): a diagnostic, not a held-out result: GRPO trains on the 110 validation tasks of eval-world:0 themselves (what GRPO reaches where nothing has to generalise); train_on_rest_=True: on the other 225 tasks of eval-world:0 (the same users, orders and products, other tasks)."""
 import sys, json, time, ast
 from pathlib import Path
 import torch
@@ -35,6 +35,14 @@ if value_w is not None:
         print(f"weighted: {n_val} value tokens of {agent:.0f} agent tokens; loss weight {float(w.sum()):.0f}", flush=True)
         return b
     T.collate = _weighted
+on_val, on_rest = over.pop("train_on_val_", False), over.pop("train_on_rest_", False)
+if on_val or on_rest:
+    from sinkflex_lib.rl.evaluate import balanced_task_ids
+    from sinkflex_lib.envs import RetailEnv
+    over["source"] = over["val_source"] = "eval-world:0"
+    val_ids = balanced_task_ids("eval-world:0", 110)
+    rest = [t for t in RetailEnv("eval-world:0").task_ids(None) if t not in set(val_ids)]
+    T.training_tasks = lambda cfg: val_ids if on_val else rest
 cfg = TrainConfig.from_profile("cpu", steps=steps, **over)
 out = Path.home() / "sinkflex_runs" / name
 res = T.train(cfg, out, seed=seed, resume=(out / "checkpoint").exists())

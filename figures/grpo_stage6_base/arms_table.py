@@ -13,7 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
-from sinkflex_lib.tables import markdown_table
+from sinkflex_lib.tables import markdown_table, three_places
 
 HERE = Path(__file__).parent
 N_TASKS, N_WRITE = 110, 80
@@ -59,12 +59,6 @@ def scores(stem: str | None) -> tuple[float, float] | None:
             d = json.loads(path.read_text())
             return d[keys[0]], d[keys[1]]
     return None
-
-
-def three_places(score: float, n: int) -> str:
-    """A mean over n tasks to three places, half up in integer arithmetic (23/80 -> '0.288')."""
-    thousandths = (2000 * round(score * n) + n) // (2 * n)
-    return f"{thousandths // 1000}.{thousandths % 1000:03d}"
 
 
 def fmt(pair) -> str:

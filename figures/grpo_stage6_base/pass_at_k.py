@@ -8,24 +8,26 @@ Each JSON is the output of
     python -m sinkflex_lib.rl.evaluate --policy DIR --world-seed 0 --tasks 110 --max-turns 12 \\
         --samples 32 --threads 2 --json
 (the GRPO validation's budgets: 12 turns, 128 tokens a turn, 3,072 an episode; 32 episodes a task
-at temperature 1, user seed 0 as in the greedy episode). How each policy was made: README.md here.
+at temperature 1, user seed 0 as in the greedy episode). How each policy was made: README.md here;
+the two "not held out" rows (dotted) are diagnostics trained on these very tasks.
 """
 import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from arms_table import three_places   # this folder's script: a share of n tasks, half up
 from sinkflex_lib.envs import load_source
 from sinkflex_lib.plotting import save_figure, set_style
 from sinkflex_lib.rl.evaluate import task_kind
-from sinkflex_lib.tables import markdown_table
+from sinkflex_lib.tables import markdown_table, three_places
 
 HERE = Path(__file__).parent
 # (file stem, label)
 POLICIES = [("base", "the shipped base"), ("grpo_tiny", "GRPO, the cpu profile (grpo-tiny)"),
             ("P0_seed2", "GRPO, only successes reinforced (P0 seed 2)"),
-            ("supervised_seed7", "300 more supervised steps (seed 7)")]
+            ("supervised_seed7", "300 more supervised steps (seed 7)"),
+            ("T110P0_trained_on_these", "not held out: P0 trained on these 110 tasks, 90 steps"),
+            ("T110_trained_on_these", "not held out: the cpu profile trained on these 110 tasks, 90 steps")]
 
 
 def load(stem: str) -> dict | None:
@@ -78,7 +80,8 @@ def plot(results: dict[str, dict]):
                 continue
             curve = r["sampled"][group]["pass_at_k"]
             ks = [int(k) for k in curve]
-            line, = ax.plot(ks, list(curve.values()), marker="o", ms=3, label=label)
+            dotted = "trained_on_these" in stem     # diagnostics whose tasks were trained on
+            line, = ax.plot(ks, list(curve.values()), marker="o", ms=3, ls=":" if dotted else "-", label=label)
             greedy = r["mean_at_1"] if group == "all" else r["write_mean_at_1"]
             ax.plot([0.8 - 0.04 * i], [greedy], marker="s", color=line.get_color(), ms=6)
         ax.axhline(target, color="k", ls="--", lw=1, label="issue 11's target")
@@ -86,7 +89,8 @@ def plot(results: dict[str, dict]):
         ax.set_xlabel("k, episodes sampled a task (squares: greedy mean@1)")
         ax.set_title(title)
     axes[0].set_ylabel("pass@k, 110 tasks of eval-world:0")
-    axes[1].legend(fontsize=8, loc="upper left")
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, ncol=2, loc="upper center",
+               bbox_to_anchor=(0.5, 0.0))   # below the panels, clear of the curves
     return fig
 
 
