@@ -32,6 +32,7 @@ a free-text purpose for the few real tau2 tasks that have one, "tau2" for the ot
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -61,14 +62,19 @@ def is_write_task(task: dict) -> bool:
     return any(a["name"] in WRITE_TOOLS for a in gold_actions(task))
 
 
+def tasks_by_kind(task_ids, tasks: dict) -> dict[str, list[str]]:
+    """`task_ids` grouped by :func:`task_kind` (`tasks`: id -> task), kinds in order of first appearance."""
+    kinds: dict[str, list[str]] = {}
+    for t in task_ids:
+        kinds.setdefault(task_kind(tasks[t]), []).append(t)
+    return kinds
+
+
 def balanced_task_ids(source: str, n: int | None = None) -> list[str]:
     """`n` task ids of `source` taken round-robin over the task kinds (each kind in id order),
     so any prefix mixes every kind; None: every task."""
-    data = load_source(source)
-    by_kind: dict[str, list[str]] = {}
-    for tid, task in data.tasks.items():
-        by_kind.setdefault(task_kind(task), []).append(tid)
-    queues = [sorted(v) for v in by_kind.values()]
+    tasks = load_source(source).tasks
+    queues = [sorted(v) for v in tasks_by_kind(tasks, tasks).values()]
     ids = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
     if n is not None and not 1 <= n <= len(ids):
         raise ValueError(f"tasks must be between 1 and {len(ids)} for source {source!r}, got {n}")
@@ -87,7 +93,7 @@ def baseline_rewards(source: str, task_ids: list[str], agent: str, max_turns: in
 def oracle_in_budget_rewards(fmt, source: str, task_ids: list[str], cfg: RolloutConfig) -> dict[str, float]:
     """Reward per task of the oracle's turns in chat format `fmt` replayed under `cfg`'s
     budgets (:func:`.rollout.replay_turns`)."""
-    cfg = RolloutConfig(**{**cfg.__dict__, "source": source})
+    cfg = dataclasses.replace(cfg, source=source)
     data = load_source(source)
     tasks, products = data.tasks, data.db.tables["products"]
     return {t: replay_turns(fmt, t, [fmt.completion(canonical_action(a)) for a in oracle_script(tasks[t], products)],
@@ -104,22 +110,20 @@ def all_baselines(policy, source: str, task_ids: list[str], cfg: RolloutConfig) 
 def summarize(rewards: dict[str, float], source: str, baselines: dict[str, dict[str, float]]) -> dict:
     """mean@1 overall, on write tasks and per kind, each next to every baseline."""
     tasks = load_source(source).tasks
+    write = [t for t in rewards if is_write_task(tasks[t])]
 
-    def means(scores: dict[str, float], keep) -> float:
-        vals = [scores[t] for t in rewards if keep(tasks[t])]
-        return float(np.mean(vals)) if vals else float("nan")
+    def means(scores: dict[str, float], ids: list[str]) -> float:
+        return float(np.mean([scores[t] for t in ids])) if ids else float("nan")
 
-    out = {"n_tasks": len(rewards), "n_write_tasks": sum(is_write_task(tasks[t]) for t in rewards),
-           "mean_at_1": means(rewards, lambda t: True), "write_mean_at_1": means(rewards, is_write_task)}
+    out = {"n_tasks": len(rewards), "n_write_tasks": len(write),
+           "mean_at_1": means(rewards, list(rewards)), "write_mean_at_1": means(rewards, write)}
     for name, scores in baselines.items():
-        out[f"{name}_mean_at_1"] = means(scores, lambda t: True)
-        out[f"{name}_write_mean_at_1"] = means(scores, is_write_task)
+        out[f"{name}_mean_at_1"] = means(scores, list(rewards))
+        out[f"{name}_write_mean_at_1"] = means(scores, write)
     out["per_kind"] = {}
-    for kind in dict.fromkeys(task_kind(tasks[t]) for t in rewards):
-        of_kind = lambda t, k=kind: task_kind(t) == k  # noqa: E731
-        row = {"n": sum(of_kind(tasks[t]) for t in rewards), "write": is_write_task(
-            next(tasks[t] for t in rewards if of_kind(tasks[t]))), "mean_at_1": means(rewards, of_kind)}
-        row.update({name: means(scores, of_kind) for name, scores in baselines.items()})
+    for kind, ids in tasks_by_kind(rewards, tasks).items():
+        row = {"n": len(ids), "write": is_write_task(tasks[ids[0]]), "mean_at_1": means(rewards, ids)}
+        row.update({name: means(scores, ids) for name, scores in baselines.items()})
         out["per_kind"][kind] = row
     return out
 
@@ -141,7 +145,7 @@ def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig
     per-task rewards (`per_task`), the writes made per kind (`write_counts`) and the rollout's
     failure counts."""
     cfg = cfg or RolloutConfig()
-    cfg = RolloutConfig(**{**cfg.__dict__, "temperature": 0.0, "source": source})
+    cfg = dataclasses.replace(cfg, temperature=0.0, source=source)
     t0 = time.perf_counter()
     rollouts = rollout_batch(policy, [(t, 0) for t in task_ids], cfg)
     rewards = {r.task_id: r.reward for r in rollouts}
@@ -170,7 +174,7 @@ def sampled_successes(policy, source: str, task_ids: list[str], samples: int, cf
     from one generator seeded with `seed`. `log`: called with a progress line per batch."""
     import torch
 
-    cfg = RolloutConfig(**{**(cfg or RolloutConfig()).__dict__, "source": source})
+    cfg = dataclasses.replace(cfg or RolloutConfig(), source=source)
     if samples < 1 or batch < 1 or cfg.temperature <= 0:
         raise ValueError(f"need samples >= 1, batch >= 1, temperature > 0; got {samples}, {batch}, {cfg.temperature}")
     specs = [(t, 0) for t in task_ids for _ in range(samples)]
@@ -189,9 +193,6 @@ def summarize_samples(wins: dict[str, int], samples: int, source: str, greedy: d
     successes per task; with `greedy` (reward per task), the share solved greedily or by a sample."""
     tasks = load_source(source).tasks
     ks = sorted({2 ** i for i in range(samples.bit_length())} | {samples})
-    kinds: dict[str, list[str]] = {}
-    for t in wins:
-        kinds.setdefault(task_kind(tasks[t]), []).append(t)
 
     def stats(ids: list[str]) -> dict:
         row = {"n": len(ids), "pass_at_k": {k: float(np.mean([pass_at_k(samples, wins[t], k) for t in ids]))
@@ -202,7 +203,7 @@ def summarize_samples(wins: dict[str, int], samples: int, source: str, greedy: d
 
     write = [t for t in wins if is_write_task(tasks[t])]
     return {"samples": samples, "all": stats(list(wins)), "write": stats(write) if write else None,
-            "per_kind": {k: stats(ids) for k, ids in kinds.items()}, "per_task_successes": wins}
+            "per_kind": {k: stats(ids) for k, ids in tasks_by_kind(wins, tasks).items()}, "per_task_successes": wins}
 
 
 def main(argv=None) -> int:
@@ -239,7 +240,7 @@ def main(argv=None) -> int:
                         max_new_tokens=args.max_new_tokens)
     res = evaluate_policy(policy, source, task_ids, cfg)
     if args.samples:
-        sample_cfg = RolloutConfig(**{**cfg.__dict__, "temperature": args.temperature})
+        sample_cfg = dataclasses.replace(cfg, temperature=args.temperature)
         wins = sampled_successes(policy, source, task_ids, args.samples, sample_cfg, args.sample_seed,
                                  log=lambda line: print(line, file=sys.stderr, flush=True))
         res["sampled"] = {**summarize_samples(wins, args.samples, source, res["per_task"]),

@@ -27,6 +27,17 @@ def test_balanced_task_ids_cycle_over_kinds_and_check_n():
         ev.balanced_task_ids(WORLD, 336)
 
 
+def test_tasks_by_kind_partitions_in_order_of_first_appearance():
+    tasks = RetailEnv(WORLD).data.tasks
+    ids = ev.balanced_task_ids(WORLD, 30)[::-1]
+    got = ev.tasks_by_kind(ids, tasks)
+    purposes = [tasks[t]["description"]["purpose"] for t in ids]   # independent: the raw field
+    assert list(got) == list(dict.fromkeys(purposes))
+    for kind, members in got.items():
+        assert members == [t for t, p in zip(ids, purposes) if p == kind]
+    assert ev.tasks_by_kind([], tasks) == {}
+
+
 def test_do_nothing_scores_exactly_the_tasks_without_write_or_information():
     ids = ev.balanced_task_ids(WORLD, 44)
     tasks = RetailEnv(WORLD).data.tasks
