@@ -24,6 +24,10 @@ k = 1, 2, 4, ..., N) and as **greedy or any sample**, the share of tasks that th
 one of the N sampled ones solves. RL that reweights the policy's own episodes (GRPO) can raise
 greedy mean@1 toward what sampling reaches; a task that no sample solves gives it no reward.
 
+Each greedy episode is also given one cause (``failures``, :mod:`.failures`): solved, cut short,
+no write, the wrong write, the right write with wrong arguments (which ones), an extra write, a
+fact not said: where a policy fails, beside how often.
+
 Results are given overall, per task kind (``description.purpose``: one of the 11 synthetic kinds,
 a free-text purpose for the few real tau2 tasks that have one, "tau2" for the others) and for the
 **write tasks** (those whose gold actions call a write tool).
@@ -48,6 +52,7 @@ from ..envs.reward import gold_actions
 from ..machine import THREADS_HELP, choose_threads
 from .chat import canonical_action
 from .config import int_arg
+from .failures import CAUSES, failure_cause, tally
 from .rollout import RolloutConfig, replay_turns, rollout_batch
 
 NAN = float("nan")
@@ -139,11 +144,23 @@ def write_counts(rollouts, source: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def failures_by_kind(rollouts, source: str) -> dict:
+    """Why each episode ended as it did (:mod:`.failures`): per task its cause; per kind the causes
+    counted with the argument names that differed in the "wrong arguments" ones; for those tasks
+    the values that differed ({name: [gold, called]})."""
+    tasks = load_source(source).tasks
+    found = {r.task_id: failure_cause(r.reward, r.end_reason, r.reward_info, r.write_calls, tasks[r.task_id])
+             for r in rollouts}
+    return {"per_kind": {k: tally(found[t] for t in ids) for k, ids in tasks_by_kind(found, tasks).items()},
+            "per_task": {t: f.cause for t, f in found.items()},
+            "differences": {t: {n: [g, c] for n, g, c in f.differences} for t, f in found.items() if f.differences}}
+
+
 def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig | None = None,
                     with_baselines: bool = True) -> dict:
     """Greedy mean@1 of `policy` on `task_ids` of `source` (see module docstring); with
-    per-task rewards (`per_task`), the writes made per kind (`write_counts`) and the rollout's
-    failure counts."""
+    per-task rewards (`per_task`), the writes made per kind (`write_counts`), why each episode
+    failed (`failures`, :func:`failures_by_kind`) and the rollout's failure counts."""
     cfg = cfg or RolloutConfig()
     cfg = dataclasses.replace(cfg, temperature=0.0, source=source)
     t0 = time.perf_counter()
@@ -151,7 +168,7 @@ def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig
     rewards = {r.task_id: r.reward for r in rollouts}
     baselines = all_baselines(policy, source, task_ids, cfg) if with_baselines else {}
     out = {"source": source, **summarize(rewards, source, baselines), "per_task": rewards,
-           "writes": write_counts(rollouts, source),
+           "writes": write_counts(rollouts, source), "failures": failures_by_kind(rollouts, source),
            "tool_calls": sum(r.tool_calls for r in rollouts),
            "tool_errors": sum(r.tool_errors + r.parse_errors for r in rollouts),
            "seconds": time.perf_counter() - t0}
@@ -248,7 +265,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(res))
     else:
-        print(format_table(res))
+        print(format_table(res) + "\n\n" + format_failures_table(res["failures"]))
         if args.samples:
             print("\n" + format_samples_table(res["sampled"]))
     return 0
@@ -268,6 +285,18 @@ def format_table(res: dict) -> str:
                  f"{cells(lambda n: res.get(f'{n}_write_mean_at_1', NAN))} | |")
     lines.append(f"| **all** | {res['n_tasks']} | {res['mean_at_1']:.3f} | "
                  f"{cells(lambda n: res.get(f'{n}_mean_at_1', NAN))} | |")
+    return "\n".join(lines)
+
+
+def format_failures_table(failures: dict) -> str:
+    """A Markdown table of :func:`failures_by_kind`: episodes per kind and cause (the causes seen),
+    then the argument names that differed in the "wrong arguments" episodes."""
+    rows = failures["per_kind"]
+    seen = [c for c in CAUSES if any(c in row["causes"] for row in rows.values())]
+    lines = ["| kind | " + " | ".join(seen) + " | arguments that differed |", "|---|" + "---:|" * len(seen) + "---|"]
+    for kind, row in rows.items():
+        args = ", ".join(f"{n} {c}" for n, c in row["arguments"].items())
+        lines.append(f"| {kind} | " + " | ".join(str(row["causes"].get(c, 0)) for c in seen) + f" | {args} |")
     return "\n".join(lines)
 
 

@@ -89,6 +89,7 @@ class Rollout:
     tool_errors: int = 0           # tool calls whose result is an "Error: ..." string
     parse_errors: int = 0          # actions that looked like calls but did not parse
     writes: list[str] = field(default_factory=list)   # the write tools called without a tool error, in order
+    write_calls: list[ToolCall] = field(default_factory=list)   # every write-tool call as parsed, failed ones too
     reward_info: dict = field(default_factory=dict)
 
     @property
@@ -211,8 +212,10 @@ def _step_env(r: _Row, fmt, cfg: RolloutConfig) -> bool:
     ep.tool_calls += isinstance(parsed, ToolCall)
     ep.tool_errors += info["tool_error"]
     ep.parse_errors += isinstance(parsed, ParseError)
-    if isinstance(parsed, ToolCall) and parsed.name in WRITE_TOOLS and not info["tool_error"]:
-        ep.writes.append(parsed.name)
+    if isinstance(parsed, ToolCall) and parsed.name in WRITE_TOOLS:
+        ep.write_calls.append(parsed)
+        if not info["tool_error"]:
+            ep.writes.append(parsed.name)
     if term or trunc:
         ep.reward, ep.terminated, ep.truncated = float(reward), term, trunc
         ep.reward_info = info.get("reward_info", {})
@@ -368,7 +371,8 @@ def without_pads(r: Rollout) -> Rollout:
     (the window counts real tokens), in fewer positions."""
     out = Rollout(r.task_id, r.seed, actions=r.actions, reward=r.reward, terminated=r.terminated,
                   truncated=r.truncated, end_reason=r.end_reason, tool_calls=r.tool_calls,
-                  tool_errors=r.tool_errors, parse_errors=r.parse_errors, reward_info=r.reward_info)
+                  tool_errors=r.tool_errors, parse_errors=r.parse_errors, writes=r.writes,
+                  write_calls=r.write_calls, reward_info=r.reward_info)
     for t, a, p, m, lp in zip(r.ids, r.attn, r.pos, r.mask, r.old_logp):
         if a:
             out.append(t, 1, p, m, lp)

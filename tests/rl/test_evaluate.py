@@ -1,5 +1,6 @@
 """The evaluate command: JSON keys, every task counted, baselines computed independently."""
 
+import dataclasses
 import json
 
 import pytest
@@ -11,7 +12,7 @@ from sinkflex_lib.envs.oracle import oracle_script
 from sinkflex_lib.rl import evaluate as ev
 from sinkflex_lib.rl.chat import END, canonical_action, oracle_transcript
 from sinkflex_lib.rl.policy import Policy
-from sinkflex_lib.rl.rollout import RolloutConfig
+from sinkflex_lib.rl.rollout import RolloutConfig, rollout_batch
 
 from .forced import ForcedTokens
 
@@ -81,6 +82,28 @@ def test_the_writes_made_are_counted_per_kind(micro_policy):
         assert res["mean_at_1"] == 1.0 and res["writes"] == {kind: writes}
         row = ev.format_table(res).splitlines()[2]
         assert row.startswith(f"| {kind}") and row.endswith(f"| {', '.join(f'{w} {n}' for w, n in writes.items())} |")
+
+
+def test_failures_are_read_from_the_rollouts_write_calls(micro_policy):
+    tasks = RetailEnv(WORLD).data.tasks
+    cfg = RolloutConfig(max_turns=30, max_tokens=8192, max_new_tokens=256)
+    gold = [a for a in gold_actions(tasks["cancel_000"]) if a["name"] in WRITE_TOOLS]
+    res = ev.evaluate_policy(_forced_oracle(micro_policy, tasks["cancel_000"]), WORLD, ["cancel_000"], cfg,
+                             with_baselines=False)
+    assert res["failures"] == {"per_kind": {"cancel": {"causes": {"solved": 1}, "arguments": {}}},
+                               "per_task": {"cancel_000": "solved"}, "differences": {}}
+    rollout = rollout_batch(_forced_oracle(micro_policy, tasks["cancel_000"]), [("cancel_000", 0)],
+                            dataclasses.replace(cfg, temperature=0.0, source=WORLD))[0]
+    assert [(c.name, c.arguments) for c in rollout.write_calls] == [(a["name"], a["arguments"]) for a in gold]
+    # the micro policy's own greedy episodes: every task has a cause, "solved" exactly where it scored 1
+    res = ev.evaluate_policy(micro_policy, WORLD, ev.balanced_task_ids(WORLD, 11),
+                             RolloutConfig(max_turns=3, max_new_tokens=8), with_baselines=False)
+    assert {t: c == "solved" for t, c in res["failures"]["per_task"].items()} == \
+        {t: r == 1.0 for t, r in res["per_task"].items()}
+    assert set(res["failures"]["differences"]) == \
+        {t for t, c in res["failures"]["per_task"].items() if c == "wrong arguments"}
+    table = ev.format_failures_table(res["failures"]).splitlines()
+    assert len(table) == 2 + 11 and sum(sum(r["causes"].values()) for r in res["failures"]["per_kind"].values()) == 11
 
 
 def test_the_oracle_within_the_budgets_is_capped_exactly_where_the_episode_does_not_fit(micro_policy):

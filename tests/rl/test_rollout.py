@@ -80,6 +80,7 @@ def test_padded_layouts_score_as_their_pad_free_episodes(rollouts, micro_policy_
         assert c.ids == [r.ids[k] for k in real] and c.pos == list(range(len(real)))
         assert c.mask == [r.mask[k] for k in real] and c.old_logp == [r.old_logp[k] for k in real]
         assert (c.reward, c.actions, c.n_sampled) == (r.reward, r.actions, r.n_sampled)
+        assert (c.writes, c.write_calls, c.end_reason) == (r.writes, r.write_calls, r.end_reason)
     batch = collate(compact, policy.token_id("<|pad|>"))
     with torch.no_grad():
         logp, _ = token_logprobs(policy.model.eval(), batch)

@@ -1,0 +1,132 @@
+"""Why the greedy episodes on the 110 tasks of eval-world:0 fail, for the shipped base and
+policies trained from it (`sinkflex_lib.rl.failures`: one cause per episode). Writes
+failure_causes.md from the failures_*.json files in this folder; with STEM=POLICY arguments it
+first plays those policies and writes their JSON files.
+
+python figures/grpo_stage6_base/failure_causes.py [STEM=POLICY ...]   (one thread, ~2 minutes a policy)
+
+The GRPO validation's budgets (12 turns, 128 tokens a turn, 3,072 an episode), greedy, user seed 0:
+the episodes behind the arms table's and pass_at_k.md's greedy numbers. How each policy was made:
+README.md here ("not held out": trained on these very tasks).
+"""
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from sinkflex_lib.envs import WRITE_TOOLS, load_source
+from sinkflex_lib.envs.reward import gold_actions
+from sinkflex_lib.rl.evaluate import balanced_task_ids, evaluate_policy, is_write_task, task_kind
+from sinkflex_lib.rl.failures import CAUSES
+from sinkflex_lib.rl.policy import build_policy
+from sinkflex_lib.rl.rollout import RolloutConfig
+from sinkflex_lib.tables import markdown_table
+
+HERE, SOURCE = Path(__file__).parent, "eval-world:0"
+# (file stem, label)
+POLICIES = [("base", "the shipped base"), ("grpo_tiny", "GRPO, the cpu profile (grpo-tiny)"),
+            ("P0_seed2", "P0 seed 2 (only successes reinforced), from the training world"),
+            ("W225P0_seed0", "P0 seed 0 on the other 225 tasks of this world, 90 steps"),
+            ("T110P0_trained_on_these", "not held out: P0 trained on these 110 tasks, 90 steps")]
+
+
+def play(stem: str, policy: str) -> None:
+    """Greedy episodes of `policy` on the 110 tasks; their rewards and causes to failures_<stem>.json."""
+    torch.set_num_threads(1)
+    res = evaluate_policy(build_policy(policy), SOURCE, balanced_task_ids(SOURCE, 110),
+                          RolloutConfig(max_turns=12), with_baselines=False)
+    keep = {k: res[k] for k in ("source", "n_tasks", "mean_at_1", "write_mean_at_1", "per_task", "failures")}
+    (HERE / f"failures_{stem}.json").write_text(json.dumps({"policy": policy, **keep}, indent=1) + "\n")
+    print(f"{stem}: mean@1 {res['mean_at_1']:.3f}, write {res['write_mean_at_1']:.3f}")
+
+
+def cause_counts(r: dict, ids) -> dict[str, int]:
+    causes = [r["failures"]["per_task"][t] for t in ids]
+    return {c: causes.count(c) for c in CAUSES}
+
+
+def policy_rows(results: dict[str, dict], write: bool) -> list[dict]:
+    """Per policy, how many of the write tasks (or of the others) ended with each cause."""
+    tasks, rows = load_source(SOURCE).tasks, []
+    for stem, label in POLICIES:
+        if stem in results:
+            ids = [t for t in results[stem]["per_task"] if is_write_task(tasks[t]) == write]
+            rows.append({"policy": label, "tasks": len(ids), **cause_counts(results[stem], ids)})
+    return rows
+
+
+def change_rows(results: dict[str, dict]) -> list[dict]:
+    """Per trained policy: the tasks it gained over the base, by the base's cause there, and the
+    tasks it lost, by its own cause."""
+    base, rows = results["base"]["failures"]["per_task"], []
+    for stem, label in POLICIES[1:]:
+        if stem not in results:
+            continue
+        mine = results[stem]["failures"]["per_task"]
+        for what, ids, by in (("gained", [t for t in base if mine[t] == "solved" != base[t]], base),
+                              ("lost", [t for t in base if base[t] == "solved" != mine[t]], mine)):
+            causes = [by[t] for t in ids]
+            rows.append({"policy": label, "tasks": f"{what} {len(ids)}",
+                         **{c: causes.count(c) for c in CAUSES if c != "solved"}})
+    return rows
+
+
+def items_listed(task: dict) -> int:
+    """The most item ids one gold write of `task` lists (0 for writes without items)."""
+    return max([len(a["arguments"].get("item_ids", [])) for a in gold_actions(task) if a["name"] in WRITE_TOOLS] or [0])
+
+
+def reach_rows() -> list[dict]:
+    """From the pass_at_k_*.json files here: per kind and items listed in the gold write, the tasks
+    that each policy solves greedily or in one of its 32 samples, and the union over the policies."""
+    from pass_at_k import POLICIES as SAMPLED, load
+    tasks, runs = load_source(SOURCE).tasks, {label: load(stem) for stem, label in SAMPLED if load(stem)}
+    reached = {label: {t for t, w in r["sampled"]["per_task_successes"].items() if w or r["per_task"][t] == 1}
+               for label, r in runs.items()}
+    groups: dict[tuple[str, int], list[str]] = {}
+    for t in next(iter(runs.values()))["per_task"]:
+        groups.setdefault((task_kind(tasks[t]), items_listed(tasks[t])), []).append(t)
+    rows = []
+    for (kind, n), ids in sorted(groups.items(), key=lambda kv: (kv[0][1] == 0, kv[0])):
+        rows.append({"kind": kind, "items in the write": n, "tasks": len(ids),
+                     **{label: len(reached[label] & set(ids)) for label in runs},
+                     "any of them": len(set().union(*reached.values()) & set(ids))})
+    rows.append({"kind": "all", "items in the write": "", "tasks": sum(r["tasks"] for r in rows),
+                 **{k: sum(r[k] for r in rows) for k in [*runs, "any of them"]}})
+    return rows
+
+
+def drop_empty_columns(rows: list[dict]) -> list[dict]:
+    keep = [k for k in rows[0] if any(r[k] not in (0, None) for r in rows)]
+    return [{k: r[k] for k in keep} for r in rows]
+
+
+def main() -> None:
+    for arg in sys.argv[1:]:
+        play(*arg.split("=", 1))
+    results = {s: json.loads((HERE / f"failures_{s}.json").read_text())
+               for s, _ in POLICIES if (HERE / f"failures_{s}.json").exists()}
+    base = results["base"]["failures"]["per_kind"]
+    kinds = [{"kind": k, **{c: row["causes"].get(c, 0) for c in CAUSES},
+              "arguments that differed": ", ".join(f"{n} {c}" for n, c in row["arguments"].items())}
+             for k, row in base.items()]
+    parts = ["# Why the greedy episodes fail (110 tasks of eval-world:0, 12 turns)\n",
+             "Written by `failure_causes.py` from `failures_*.json`; one cause per episode, "
+             "`sinkflex_lib.rl.failures`.\n",
+             "## The 80 write tasks\n", markdown_table(drop_empty_columns(policy_rows(results, True))),
+             "\n## The 30 other tasks (information, refuse, transfer)\n",
+             markdown_table(drop_empty_columns(policy_rows(results, False))),
+             "\n## The base, per kind\n", markdown_table(drop_empty_columns(kinds)),
+             "\n## Tasks gained over the base (by the base's cause) and lost (by the policy's cause)\n",
+             markdown_table(drop_empty_columns(change_rows(results))),
+             "\n## Reached by greedy or one of 32 samples, by the items a task's write lists "
+             "(from `pass_at_k_*.json`)\n", markdown_table(reach_rows()),
+             "\n## The base's wrong arguments: the gold's value, then the call's (the closest call)\n",
+             *(f"- {t}: " + "; ".join(f"{n} {g!r} -> {c!r}" for n, (g, c) in diffs.items())
+               for t, diffs in results["base"]["failures"]["differences"].items()), ""]
+    (HERE / "failure_causes.md").write_text("\n".join(parts))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Why an episode failed: one cause per episode, read from how it ended, the reward's breakdown
+and its write calls against the task's gold actions.
+
+The causes, the first that holds (:data:`CAUSES`, in this order):
+
+- ``solved``: reward 1.
+- ``out of turns``, ``out of tokens``, ``too many tool errors``: the episode did not end normally
+  (``cut short`` for any other abnormal end): reward 0 whatever it did.
+- ``communicate missed``: the database is the gold's, but a fact the user asked for was not said.
+- ``wrote on a no-write task``: the gold makes no write; the policy's writes changed the database.
+- ``no write``: the gold writes; the policy called no write tool.
+- ``wrong write``: the policy called write tools, but not every one the gold calls.
+- ``wrong arguments``: every write tool of the gold was called, but some gold write has no call
+  with exactly its arguments (the argument names that differ, from the closest call, are kept).
+- ``extra write``: every gold write was called exactly; further write calls changed the database.
+- ``other``: none of these (the database differs for another reason).
+
+A write call counts whether or not the tool accepted it: a wrong order id that the tool refuses is
+a wrong argument too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..envs import WRITE_TOOLS
+from ..envs.actions import ToolCall
+from ..envs.reward import gold_actions
+
+CAUSES = ("solved", "out of turns", "out of tokens", "too many tool errors", "cut short", "communicate missed",
+          "wrote on a no-write task", "no write", "wrong write", "wrong arguments", "extra write", "other")
+NORMAL_ENDS = ("agent_stop", "user_stop")   # `envs.reward.evaluate`: any other end scores 0
+CUT_SHORT = {"max_steps": "out of turns", "max_tokens": "out of tokens",   # the env's and the
+             "too_many_errors": "too many tool errors"}                    # rollout's end reasons
+
+
+@dataclass(frozen=True)
+class Failure:
+    cause: str                          # one of CAUSES
+    differences: tuple = ()             # for "wrong arguments": (name, gold value, called value) per
+                                        # argument that differs, by name; None where one side lacks it
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        return tuple(d[0] for d in self.differences)
+
+
+def differing_arguments(gold: dict, call: ToolCall) -> tuple[tuple[str, object, object], ...]:
+    """(name, gold value, called value) of each argument whose value differs between a gold action
+    ({"name", "arguments"}) and a call of the same tool, missing or extra names included (None for
+    the side that lacks it), sorted by name."""
+    want, got, missing = gold.get("arguments") or {}, call.arguments, object()
+    return tuple((k, want.get(k), got.get(k)) for k in sorted(want.keys() | got.keys())
+                 if want.get(k, missing) != got.get(k, missing))
+
+
+def failure_cause(reward: float, end_reason: str, reward_info: dict, write_calls: list[ToolCall],
+                  task: dict) -> Failure:
+    """The cause of an episode's outcome (see the module docstring): `reward`, `end_reason` and
+    `reward_info` as a rollout records them (`reward_info` empty when the episode was cut),
+    `write_calls` every write-tool call it made, `task` the task with its gold actions."""
+    if reward == 1.0:
+        return Failure("solved")
+    if end_reason not in NORMAL_ENDS or not reward_info:
+        return Failure(CUT_SHORT.get(end_reason, "cut short"))
+    if reward_info["db"]["reward"] == 1.0:
+        return Failure("communicate missed")
+    gold = [a for a in gold_actions(task) if a["name"] in WRITE_TOOLS]
+    if not gold:
+        return Failure("wrote on a no-write task")
+    if not write_calls:
+        return Failure("no write")
+    if not {a["name"] for a in gold} <= {c.name for c in write_calls}:
+        return Failure("wrong write")
+    for a in gold:
+        diffs = [differing_arguments(a, c) for c in write_calls if c.name == a["name"]]
+        if all(diffs):
+            return Failure("wrong arguments", min(diffs, key=len))
+    return Failure("extra write" if len(write_calls) > len(gold) else "other")
+
+
+def tally(failures) -> dict:
+    """How many of `failures` (:class:`Failure`s) had each cause (causes in :data:`CAUSES` order,
+    only those seen) and, over the "wrong arguments" ones, how often each argument name differed."""
+    failures = list(failures)
+    causes = [f.cause for f in failures]
+    names = [n for f in failures for n in f.arguments]
+    return {"causes": {c: causes.count(c) for c in CAUSES if c in causes},
+            "arguments": {n: names.count(n) for n in sorted(set(names))}}
