@@ -18,7 +18,7 @@ import torch
 from sinkflex_lib.envs import WRITE_TOOLS, load_source
 from sinkflex_lib.envs.reward import gold_actions
 from sinkflex_lib.rl.evaluate import balanced_task_ids, evaluate_policy, is_write_task, task_kind
-from sinkflex_lib.rl.failures import CAUSES
+from sinkflex_lib.rl.failures import CAUSES, WRITE_CHECKS
 from sinkflex_lib.rl.policy import build_policy
 from sinkflex_lib.rl.rollout import RolloutConfig
 from sinkflex_lib.tables import markdown_table
@@ -53,6 +53,19 @@ def policy_rows(results: dict[str, dict], write: bool) -> list[dict]:
         if stem in results:
             ids = [t for t in results[stem]["per_task"] if is_write_task(tasks[t]) == write]
             rows.append({"policy": label, "tasks": len(ids), **cause_counts(results[stem], ids)})
+    return rows
+
+
+def cut_short_rows(results: dict[str, dict]) -> list[dict]:
+    """Per policy, its write tasks that ran out of turns, by what their write calls had done."""
+    tasks, rows = load_source(SOURCE).tasks, []
+    for stem, label in POLICIES:
+        if stem in results:
+            f = results[stem]["failures"]
+            writes = [f["per_task_writes"][t] for t, c in f["per_task"].items()
+                      if c == "out of turns" and is_write_task(tasks[t])]
+            rows.append({"policy": label, "out of turns": len(writes),
+                         **{w: writes.count(w) for w in WRITE_CHECKS if w != "no write needed"}})
     return rows
 
 
@@ -115,6 +128,8 @@ def main() -> None:
              "Written by `failure_causes.py` from `failures_*.json`; one cause per episode, "
              "`sinkflex_lib.rl.failures`.\n",
              "## The 80 write tasks\n", markdown_table(drop_empty_columns(policy_rows(results, True))),
+             "\n## The write tasks that ran out of turns, by what their write calls had done\n",
+             markdown_table(drop_empty_columns(cut_short_rows(results))),
              "\n## The 30 other tasks (information, refuse, transfer)\n",
              markdown_table(drop_empty_columns(policy_rows(results, False))),
              "\n## The base, per kind\n", markdown_table(drop_empty_columns(kinds)),
@@ -122,7 +137,8 @@ def main() -> None:
              markdown_table(drop_empty_columns(change_rows(results))),
              "\n## Reached by greedy or one of 32 samples, by the items a task's write lists "
              "(from `pass_at_k_*.json`)\n", markdown_table(reach_rows()),
-             "\n## The base's wrong arguments: the gold's value, then the call's (the closest call)\n",
+             "\n## The base's wrong arguments, whatever the cause: the gold's value, then the call's "
+             "(the closest call)\n",
              *(f"- {t}: " + "; ".join(f"{n} {g!r} -> {c!r}" for n, (g, c) in diffs.items())
                for t, diffs in results["base"]["failures"]["differences"].items()), ""]
     (HERE / "failure_causes.md").write_text("\n".join(parts))

@@ -145,14 +145,15 @@ def write_counts(rollouts, source: str) -> dict[str, dict[str, int]]:
 
 
 def failures_by_kind(rollouts, source: str) -> dict:
-    """Why each episode ended as it did (:mod:`.failures`): per task its cause; per kind the causes
-    counted with the argument names that differed in the "wrong arguments" ones; for those tasks
-    the values that differed ({name: [gold, called]})."""
+    """Why each episode ended as it did (:mod:`.failures`): per task its cause and what its write
+    calls did (`per_task_writes`); per kind the causes counted (:func:`.failures.tally`); where a
+    write call got arguments wrong, whatever the cause, the values that differed ({name: [gold, called]})."""
     tasks = load_source(source).tasks
     found = {r.task_id: failure_cause(r.reward, r.end_reason, r.reward_info, r.write_calls, tasks[r.task_id])
              for r in rollouts}
     return {"per_kind": {k: tally(found[t] for t in ids) for k, ids in tasks_by_kind(found, tasks).items()},
             "per_task": {t: f.cause for t, f in found.items()},
+            "per_task_writes": {t: f.writes for t, f in found.items()},
             "differences": {t: {n: [g, c] for n, g, c in f.differences} for t, f in found.items() if f.differences}}
 
 
@@ -290,13 +291,16 @@ def format_table(res: dict) -> str:
 
 def format_failures_table(failures: dict) -> str:
     """A Markdown table of :func:`failures_by_kind`: episodes per kind and cause (the causes seen),
-    then the argument names that differed in the "wrong arguments" episodes."""
+    the argument names that differed in the "wrong arguments" episodes, and what the write calls
+    of the episodes cut short had done."""
     rows = failures["per_kind"]
     seen = [c for c in CAUSES if any(c in row["causes"] for row in rows.values())]
-    lines = ["| kind | " + " | ".join(seen) + " | arguments that differed |", "|---|" + "---:|" * len(seen) + "---|"]
+    lines = ["| kind | " + " | ".join(seen) + " | arguments that differed | cut short, its writes |",
+             "|---|" + "---:|" * len(seen) + "---|---|"]
+    counts = lambda d: ", ".join(f"{n} {c}" for n, c in d.items())  # noqa: E731
     for kind, row in rows.items():
-        args = ", ".join(f"{n} {c}" for n, c in row["arguments"].items())
-        lines.append(f"| {kind} | " + " | ".join(str(row["causes"].get(c, 0)) for c in seen) + f" | {args} |")
+        lines.append(f"| {kind} | " + " | ".join(str(row["causes"].get(c, 0)) for c in seen)
+                     + f" | {counts(row['arguments'])} | {counts(row['cut_short_writes'])} |")
     return "\n".join(lines)
 
 

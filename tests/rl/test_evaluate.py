@@ -90,8 +90,9 @@ def test_failures_are_read_from_the_rollouts_write_calls(micro_policy):
     gold = [a for a in gold_actions(tasks["cancel_000"]) if a["name"] in WRITE_TOOLS]
     res = ev.evaluate_policy(_forced_oracle(micro_policy, tasks["cancel_000"]), WORLD, ["cancel_000"], cfg,
                              with_baselines=False)
-    assert res["failures"] == {"per_kind": {"cancel": {"causes": {"solved": 1}, "arguments": {}}},
-                               "per_task": {"cancel_000": "solved"}, "differences": {}}
+    assert res["failures"] == {"per_kind": {"cancel": {"causes": {"solved": 1}, "arguments": {}, "cut_short_writes": {}}},
+                               "per_task": {"cancel_000": "solved"}, "per_task_writes": {"cancel_000": "right writes"},
+                               "differences": {}}
     rollout = rollout_batch(_forced_oracle(micro_policy, tasks["cancel_000"]), [("cancel_000", 0)],
                             dataclasses.replace(cfg, temperature=0.0, source=WORLD))[0]
     assert [(c.name, c.arguments) for c in rollout.write_calls] == [(a["name"], a["arguments"]) for a in gold]
@@ -101,7 +102,7 @@ def test_failures_are_read_from_the_rollouts_write_calls(micro_policy):
     assert {t: c == "solved" for t, c in res["failures"]["per_task"].items()} == \
         {t: r == 1.0 for t, r in res["per_task"].items()}
     assert set(res["failures"]["differences"]) == \
-        {t for t, c in res["failures"]["per_task"].items() if c == "wrong arguments"}
+        {t for t, w in res["failures"]["per_task_writes"].items() if w == "wrong arguments"}
     table = ev.format_failures_table(res["failures"]).splitlines()
     assert len(table) == 2 + 11 and sum(sum(r["causes"].values()) for r in res["failures"]["per_kind"].values()) == 11
 

@@ -45,13 +45,16 @@ def with_write_changed(task_id: str, **changes) -> list[str]:
 
 
 def test_the_gold_replay_is_solved_on_every_kind():
-    for tid in ("cancel_000", "modify_address_000", "exchange_000", "info_000", "refuse_000", "transfer_000"):
-        assert play(tid, gold_replay_script(RetailEnv(WORLD).data.tasks[tid])) == Failure("solved"), tid
+    for tid, writes in (("cancel_000", "right writes"), ("modify_address_000", "right writes"),
+                        ("exchange_000", "right writes"), ("info_000", "no write needed"),
+                        ("refuse_000", "no write needed"), ("transfer_000", "no write needed")):
+        assert play(tid, gold_replay_script(RetailEnv(WORLD).data.tasks[tid])) == Failure("solved", writes=writes), tid
 
 
 def test_a_changed_argument_is_named():
     got = play("modify_address_000", with_write_changed("modify_address_000", zip="53787"))
-    assert got == Failure("wrong arguments", (("zip", gold("modify_address_000")[-1]["arguments"]["zip"], "53787"),))
+    zip_code = gold("modify_address_000")[-1]["arguments"]["zip"]
+    assert got == Failure("wrong arguments", (("zip", zip_code, "53787"),), "wrong arguments")
     assert got.arguments == ("zip",)
     # an order id the tool refuses is a wrong argument too, not a missing write
     got = play("cancel_000", with_write_changed("cancel_000", order_id="#W0000000", reason="ordered by mistake"))
@@ -60,30 +63,35 @@ def test_a_changed_argument_is_named():
 
 def test_no_write_wrong_write_and_extra_write():
     reads = [call(a["name"], **a["arguments"]) for a in gold("cancel_000")[:-1]]
-    assert play("cancel_000", reads + [STOP_TOKEN]) == Failure("no write")
+    assert play("cancel_000", reads + [STOP_TOKEN]) == Failure("no write", writes="no write")
     order = gold("cancel_000")[-1]["arguments"]["order_id"]
     payment = call("modify_pending_order_payment", order_id=order, payment_method_id="gift_card_0000000")
-    assert play("cancel_000", reads + [payment, STOP_TOKEN]) == Failure("wrong write")
+    assert play("cancel_000", reads + [payment, STOP_TOKEN]) == Failure("wrong write", writes="wrong write")
     address = gold("modify_address_000")[-1]["arguments"]
     user_id = gold("cancel_000")[1]["arguments"]["user_id"]
     extra = call("modify_user_address", user_id=user_id, **{k: v for k, v in address.items() if k != "order_id"})
-    assert play("cancel_000", with_write_changed("cancel_000")[:-1] + [extra, STOP_TOKEN]) == Failure("extra write")
+    got = play("cancel_000", with_write_changed("cancel_000")[:-1] + [extra, STOP_TOKEN])
+    assert got == Failure("extra write", writes="right writes")
 
 
 def test_a_write_on_a_refuse_task_a_missed_fact_and_episodes_cut_short():
     order = gold("refuse_000")[-1]["arguments"]["order_id"]
     wrote = [call("cancel_pending_order", order_id=order, reason="no longer needed"), STOP_TOKEN]
-    assert play("refuse_000", wrote) == Failure("wrote on a no-write task")
+    assert play("refuse_000", wrote).cause == "wrote on a no-write task"
     silent = [call(a["name"], **a["arguments"]) for a in gold("info_000")] + [STOP_TOKEN]
-    assert play("info_000", silent) == Failure("communicate missed")
+    assert play("info_000", silent) == Failure("communicate missed", writes="no write needed")
     cut = play("cancel_000", with_write_changed("cancel_000")[:-1] + ["hello"] * 3, max_steps=4)
-    assert cut == Failure("out of turns")
+    assert cut == Failure("out of turns", writes="right writes")    # the gold write, then out of turns
+    # cut short after a garbled write: the write check still names the argument
+    garbled = with_write_changed("cancel_000", reason="ordered by mistake")[:-1] + ["hello"] * 3
+    cut = play("cancel_000", garbled, max_steps=5)
+    assert (cut.cause, cut.writes, cut.arguments) == ("out of turns", "wrong arguments", ("reason",))
     errors = play("cancel_000", [call("get_order_details", order_id="#W0000000")] * 40, max_steps=60)
-    assert errors == Failure("too many tool errors")
+    assert errors == Failure("too many tool errors", writes="no write")
     # the rollout's own cut (its token budget) leaves no reward breakdown
     task = RetailEnv(WORLD).data.tasks["cancel_000"]
-    assert failure_cause(0.0, "max_tokens", {}, [], task) == Failure("out of tokens")
-    assert failure_cause(0.0, "something else", {}, [], task) == Failure("cut short")
+    assert failure_cause(0.0, "max_tokens", {}, [], task) == Failure("out of tokens", writes="no write")
+    assert failure_cause(0.0, "something else", {}, [], task).cause == "cut short"
 
 
 def test_differing_arguments_counts_missing_and_extra_names():
@@ -94,9 +102,13 @@ def test_differing_arguments_counts_missing_and_extra_names():
 
 
 def test_tally_counts_causes_in_order_and_argument_names():
-    fs = [Failure("no write"), Failure("solved"), Failure("wrong arguments", (("zip", "1", "2"),)),
-          Failure("wrong arguments", (("city", "a", "b"), ("zip", "1", None))), Failure("solved")]
+    wrong = "wrong arguments"
+    fs = [Failure("no write"), Failure("solved"), Failure(wrong, (("zip", "1", "2"),), wrong),
+          Failure(wrong, (("city", "a", "b"), ("zip", "1", None)), wrong), Failure("solved"),
+          Failure("out of turns", (("state", "a", "b"),), wrong), Failure("out of tokens", writes="no write"),
+          Failure("out of turns", writes="no write")]
     got = tally(iter(fs))
-    assert got == {"causes": {"solved": 2, "no write": 1, "wrong arguments": 2}, "arguments": {"city": 1, "zip": 2}}
+    assert got == {"causes": {"solved": 2, "out of turns": 2, "out of tokens": 1, "no write": 1, wrong: 2},
+                   "arguments": {"city": 1, "zip": 2}, "cut_short_writes": {"no write": 2, wrong: 1}}
     assert list(got["causes"]) == [c for c in CAUSES if c in got["causes"]]
-    assert tally([]) == {"causes": {}, "arguments": {}}
+    assert tally([]) == {"causes": {}, "arguments": {}, "cut_short_writes": {}}
