@@ -3,7 +3,7 @@ policies trained from it (`sinkflex_lib.rl.failures`: one cause per episode). Wr
 failure_causes.md from the failures_*.json files in this folder; with STEM=POLICY arguments it
 first plays those policies and writes their JSON files.
 
-python figures/grpo_stage6_base/failure_causes.py [STEM=POLICY ...]   (one thread, ~2 minutes a policy)
+python figures/grpo_stage6_base/failure_causes.py [STEM=POLICY ...]   (one thread, about a minute a policy)
 
 The GRPO validation's budgets (12 turns, 128 tokens a turn, 3,072 an episode), greedy, user seed 0:
 the episodes behind the arms table's and pass_at_k.md's greedy numbers. How each policy was made:

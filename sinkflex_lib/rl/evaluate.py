@@ -24,9 +24,11 @@ k = 1, 2, 4, ..., N) and as **greedy or any sample**, the share of tasks that th
 one of the N sampled ones solves. RL that reweights the policy's own episodes (GRPO) can raise
 greedy mean@1 toward what sampling reaches; a task that no sample solves gives it no reward.
 
-Each greedy episode is also given one cause (``failures``, :mod:`.failures`): solved, cut short,
-no write, the wrong write, the right write with wrong arguments (which ones), an extra write, a
-fact not said: where a policy fails, beside how often.
+Each greedy episode is also given one cause (``failures``, :mod:`.failures`): solved; out of turns,
+out of tokens, too many tool errors or otherwise cut short; a fact not said; a write on a task that
+needs none; no write; a write other than the gold's; the gold's write with wrong arguments (which
+ones, with both values); an extra write; other. And, however it ended, what its write calls did:
+where a policy fails, beside how often.
 
 Results are given overall, per task kind (``description.purpose``: one of the 11 synthetic kinds,
 a free-text purpose for the few real tau2 tasks that have one, "tau2" for the others) and for the

@@ -11,7 +11,9 @@ The causes, the first that holds (:data:`CAUSES`, in this order):
 - ``no write``: the gold writes; the policy called no write tool.
 - ``wrong write``: the policy called write tools, but not every one the gold calls.
 - ``wrong arguments``: every write tool of the gold was called, but some gold write has no call
-  with exactly its arguments (the argument names that differ, from the closest call, are kept).
+  with exactly its arguments: for the first such gold write, the arguments that differ from its
+  closest call (the fewest differing names) are kept. Values compare exactly (a list of item ids
+  in another order differs).
 - ``extra write``: every gold write was called exactly; further write calls changed the database.
 - ``other``: none of these (the database differs for another reason).
 
@@ -52,8 +54,8 @@ class Failure:
 
 def differing_arguments(gold: dict, call: ToolCall) -> tuple[tuple[str, object, object], ...]:
     """(name, gold value, called value) of each argument whose value differs between a gold action
-    ({"name", "arguments"}) and a call of the same tool, missing or extra names included (None for
-    the side that lacks it), sorted by name."""
+    ({"name", "arguments"}) and a call of the same tool, missing or extra names included, sorted by
+    name. None stands for the side that lacks the name (or gives it as None)."""
     want, got, missing = gold.get("arguments") or {}, call.arguments, object()
     return tuple((k, want.get(k), got.get(k)) for k in sorted(want.keys() | got.keys())
                  if want.get(k, missing) != got.get(k, missing))
@@ -91,6 +93,8 @@ def failure_cause(reward: float, end_reason: str, reward_info: dict, write_calls
     if reward_info["db"]["reward"] == 1.0:
         return replace(check, cause="communicate missed")
     if check.cause in ("right writes", "no write needed"):
+        # every gold write was made exactly, yet the database differs: more calls than the gold's
+        # (accepted or not; one of them changed it) or something else
         gold = [a for a in gold_actions(task) if a["name"] in WRITE_TOOLS]
         return replace(check, cause="extra write" if len(write_calls) > len(gold) else "other")
     return check
