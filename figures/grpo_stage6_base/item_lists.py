@@ -7,7 +7,7 @@ python figures/grpo_stage6_base/item_lists.py LABEL=POLICY [LABEL=POLICY ...]   
 The committed output: the shipped base and grpo-tiny (data/checkpoints/), and the step-30 P0 seed 2, the
 step-90 P0 runs on the other 225 tasks (seed 0) and on these 110 tasks, and the supervised seed 7's step
 300, each as a policy folder outside the repository (its weights with the base's config and tokenizer;
-README.md here).
+README.md here), and step 250 of a `calls` stage from the base (its run folder's step_250/).
 
 An id counts as copied when the argmax prediction is right at every one of its tokens, each given the
 oracle's text before it (as `sinkflex_lib.rl.pretrain.copy_accuracy` scores copies); its first token
