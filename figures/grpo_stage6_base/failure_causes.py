@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from sinkflex_lib.envs import WRITE_TOOLS, load_source
-from sinkflex_lib.envs.reward import gold_actions
+from sinkflex_lib.envs import load_source
+from sinkflex_lib.envs.reward import gold_writes
 from sinkflex_lib.rl.evaluate import balanced_task_ids, evaluate_policy, is_write_task, task_kind
 from sinkflex_lib.rl.failures import CAUSES, WRITE_CHECKS
 from sinkflex_lib.rl.policy import build_policy
@@ -87,7 +87,7 @@ def change_rows(results: dict[str, dict]) -> list[dict]:
 
 def items_listed(task: dict) -> int:
     """The most item ids one gold write of `task` lists (0 for writes without items)."""
-    return max([len(a["arguments"].get("item_ids", [])) for a in gold_actions(task) if a["name"] in WRITE_TOOLS] or [0])
+    return max([len(a["arguments"].get("item_ids", [])) for a in gold_writes(task)] or [0])
 
 
 def reach_rows() -> list[dict]:

@@ -10,7 +10,8 @@ step-90 P0 runs on the other 225 tasks (seed 0) and on these 110 tasks, and the 
 README.md here), and step 250 of a `calls` stage from the base (its run folder's step_250/).
 
 An id counts as copied when the argmax prediction is right at every one of its tokens, each given the
-oracle's text before it (as `sinkflex_lib.rl.pretrain.copy_accuracy` scores copies); its first token
+oracle's text before it (`sinkflex_lib.rl.pretrain.teacher_forced_tokens`, as `copy_accuracy` scores
+copies); its first token
 and the tokens after it are also counted apart. Scored in the
 write call (`item_ids`, `new_item_ids`) and in the confirmation request before it, where the oracle
 states each item as "name,item_id:<id>"; "first" is the first id of its list or request, "later"
@@ -24,20 +25,19 @@ import torch
 
 from sinkflex_lib.envs import RetailEnv, WRITE_TOOLS
 from sinkflex_lib.envs.actions import argument_value_spans
-from sinkflex_lib.envs.reward import gold_actions
-from sinkflex_lib.rl.chat import END, oracle_transcript
 from sinkflex_lib.rl.evaluate import balanced_task_ids
 from sinkflex_lib.rl.policy import build_policy
+from sinkflex_lib.rl.pretrain import teacher_forced_tokens
 from sinkflex_lib.tables import markdown_table
+
+from failure_causes import items_listed   # this folder's script
 
 SOURCE = "eval-world:0"
 STATED_ID = re.compile(r"item_id:(\d+)")
 
 
 def multi_item_tasks(env) -> list[str]:
-    return [t for t in balanced_task_ids(SOURCE, 110)
-            if any(len(a["arguments"].get("item_ids", [])) > 1 for a in gold_actions(env.data.tasks[t])
-                   if a["name"] in WRITE_TOOLS)]
+    return [t for t in balanced_task_ids(SOURCE, 110) if items_listed(env.data.tasks[t]) > 1]
 
 
 def id_spans(action: str) -> list[tuple[str, int, int]]:
@@ -53,22 +53,8 @@ def id_spans(action: str) -> list[tuple[str, int, int]]:
 
 def scores(policy, env, task_ids: list[str]) -> dict[str, list[tuple[bool, bool]]]:
     """Per place ("call later", ...), for each id there: (its first token right, every later token right)."""
-    tok, hits = policy.tokenizer, {}
-    policy.model.eval()
-    for tid in task_ids:
-        prompt, turns = oracle_transcript(env, tid)
-        ids, targets = tok(prompt, add_special_tokens=False)["input_ids"], []
-        for action, obs in turns:
-            enc = tok(action, add_special_tokens=False, return_offsets_mapping=True)
-            for where, a, b in id_spans(action):
-                targets.append((where, [len(ids) + j for j, (s, e) in enumerate(enc["offset_mapping"]) if s < b and e > a]))
-            ids = ids + enc["input_ids"] + [policy.token_id(END)] + tok(obs, add_special_tokens=False)["input_ids"]
-        with torch.no_grad():
-            pred = policy.model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].argmax(-1)
-        for where, positions in targets:
-            right = [int(pred[p - 1]) == ids[p] for p in positions]
-            hits.setdefault(where, []).append((right[0], all(right[1:])))
-    return hits
+    tokens = teacher_forced_tokens(policy, env, task_ids, lambda action, _: id_spans(action), max_tokens=8192)
+    return {where: [(right[0], all(right[1:])) for right in ids] for where, ids in tokens.items()}
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ import json
 
 from .actions import STOP_TOKEN, ToolCall, parse_action
 from .render import item_label
-from .reward import communicate_info, gold_actions
+from .reward import communicate_info, gold_actions, gold_writes
 from .tools import TRANSFER_MESSAGE, WRITE_TOOLS
 
 AUTH_REQUEST = ("I'd be happy to help. First I need to verify your identity: please give me "
@@ -126,7 +126,7 @@ def _value_span(action: dict, key: str, products: dict | None = None) -> tuple[i
 def report(task: dict, closing: bool = True) -> str:
     info = communicate_info(task)
     notes = (task.get("description") or {}).get("notes") or ""
-    if any(a["name"] in WRITE_TOOLS for a in gold_actions(task)):
+    if gold_writes(task):
         text = "Thank you, your request has been handled."
     elif (task.get("description") or {}).get("purpose") == "refuse":
         text = "I'm sorry, but I cannot do that under our policy: " + notes.split(" Tempting")[0]

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from .data import RetailData
 from .db import RetailDB
-from .tools import call_tool
+from .tools import WRITE_TOOLS, call_tool
 
 
 def replay(data: RetailData, actions: Iterable[dict]) -> RetailDB:
@@ -30,6 +30,11 @@ def replay(data: RetailData, actions: Iterable[dict]) -> RetailDB:
 
 def gold_actions(task: dict) -> list[dict]:
     return list((task.get("evaluation_criteria") or {}).get("actions") or [])
+
+
+def gold_writes(task: dict) -> list[dict]:
+    """The gold actions of `task` that call a write tool, in order."""
+    return [a for a in gold_actions(task) if a["name"] in WRITE_TOOLS]
 
 
 def communicate_info(task: dict) -> list[str]:

@@ -46,11 +46,11 @@ import time
 
 import numpy as np
 
-from ..envs import RetailEnv, WRITE_TOOLS, load_source
+from ..envs import RetailEnv, load_source
 from ..envs.data import world_source
 from ..envs.episode import run_episode
 from ..envs.oracle import OracleAgent, ScriptAgent, oracle_script
-from ..envs.reward import gold_actions
+from ..envs.reward import gold_writes
 from ..machine import THREADS_HELP, choose_threads
 from .chat import canonical_action
 from .config import int_arg
@@ -66,7 +66,7 @@ def task_kind(task: dict) -> str:
 
 
 def is_write_task(task: dict) -> bool:
-    return any(a["name"] in WRITE_TOOLS for a in gold_actions(task))
+    return bool(gold_writes(task))
 
 
 def tasks_by_kind(task_ids, tasks: dict) -> dict[str, list[str]]:

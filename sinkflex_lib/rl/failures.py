@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..envs import WRITE_TOOLS
 from ..envs.actions import ToolCall
-from ..envs.reward import gold_actions
+from ..envs.reward import gold_writes
 
 CAUSES = ("solved", "out of turns", "out of tokens", "too many tool errors", "cut short", "communicate missed",
           "wrote on a no-write task", "no write", "wrong write", "wrong arguments", "extra write", "other")
@@ -64,7 +63,7 @@ def differing_arguments(gold: dict, call: ToolCall) -> tuple[tuple[str, object, 
 def write_check(write_calls: list[ToolCall], task: dict) -> Failure:
     """What `write_calls` (every write-tool call of an episode) did against the gold writes of
     `task`, however the episode ended: its `cause` and `writes` are one of :data:`WRITE_CHECKS`."""
-    gold = [a for a in gold_actions(task) if a["name"] in WRITE_TOOLS]
+    gold = gold_writes(task)
     if not gold:
         verdict = "wrote on a no-write task" if write_calls else "no write needed"
     elif not write_calls:
@@ -95,8 +94,7 @@ def failure_cause(reward: float, end_reason: str, reward_info: dict, write_calls
     if check.cause in ("right writes", "no write needed"):
         # every gold write was made exactly, yet the database differs: more calls than the gold's
         # (accepted or not; one of them changed it) or something else
-        gold = [a for a in gold_actions(task) if a["name"] in WRITE_TOOLS]
-        return replace(check, cause="extra write" if len(write_calls) > len(gold) else "other")
+        return replace(check, cause="extra write" if len(write_calls) > len(gold_writes(task)) else "other")
     return check
 
 

@@ -311,11 +311,38 @@ def _argument_spans(action: str) -> list[tuple[str, int, int]]:
     return [(ARG_KINDS[n], a, b) for n, a, b in argument_value_spans(action) if n in ARG_KINDS]
 
 
-@torch.no_grad()
 def _confirmed_kind(kind: str) -> str:
     """"confirmed_address1" -> "confirmed_address" (the argument kinds of `ARG_KINDS`)."""
     key = kind.removeprefix("confirmed_")
     return f"confirmed_{ARG_KINDS.get(key, key)}" if key != kind else kind
+
+
+@torch.no_grad()
+def teacher_forced_tokens(policy, env, task_ids: list[str], spans_of,
+                          max_tokens: int = 2048) -> dict[str, list[list[bool]]]:
+    """Per kind, for each character span that `spans_of(action, next_action)` (-> [(kind, start,
+    end)]) marks in the oracle's actions of `task_ids` (`env`'s episodes, cut at `max_tokens`):
+    whether the argmax prediction is right at each of its tokens, each given the oracle's text before it."""
+    tok, hits = policy.tokenizer, {}
+    was_training = policy.model.training
+    policy.model.eval()
+    for tid in task_ids:
+        prompt, turns = oracle_transcript(env, tid)
+        ids, targets = tok(prompt, add_special_tokens=False)["input_ids"], []
+        for action, obs, nxt in with_next_action(turns):   # nxt: the action a confirmation is for
+            enc = tok(action, add_special_tokens=False, return_offsets_mapping=True)
+            for kind, a, b in spans_of(action, nxt):
+                targets.append((kind, [len(ids) + j for j, (s, e) in enumerate(enc["offset_mapping"])
+                                       if s < b and e > a]))
+            ids = ids + enc["input_ids"] + [policy.token_id(END)] + tok(obs, add_special_tokens=False)["input_ids"]
+        ids = ids[:max_tokens]
+        x = torch.tensor([ids], device=policy.device)
+        pred = policy.model(input_ids=x, use_cache=False).logits[0].argmax(-1).cpu()
+        for kind, positions in targets:
+            if positions and positions[-1] < len(ids):
+                hits.setdefault(kind, []).append([int(pred[p - 1]) == ids[p] for p in positions])
+    policy.model.train(was_training)
+    return hits
 
 
 def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 2048) -> dict[str, float]:
@@ -326,27 +353,14 @@ def copy_accuracy(policy, source: str, task_ids: list[str], max_tokens: int = 20
     (:func:`~sinkflex_lib.envs.oracle.decision_spans`: "write_choice", "cancel_reason", and
     "confirmed_<kind>": the argument values as the request states them, before the call
     repeats them; "confirmed" over all of those)."""
-    tok, env = policy.tokenizer, RetailEnv(source, max_steps=60)
-    hits: dict[str, list[bool]] = {}
-    was_training = policy.model.training
-    policy.model.eval()
-    for tid in task_ids:
-        prompt, turns = oracle_transcript(env, tid)
-        ids, targets = tok(prompt, add_special_tokens=False)["input_ids"], []
-        for action, obs, nxt in with_next_action(turns):   # nxt: the action a confirmation is for
-            enc = tok(action, add_special_tokens=False, return_offsets_mapping=True)
-            decided = [(_confirmed_kind(k), a, b) for k, a, b in decision_spans(action, nxt, env.db.products)]
-            for kind, a, b in _argument_spans(action) + decided:
-                targets.append((kind, [len(ids) + j for j, (s, e) in enumerate(enc["offset_mapping"])
-                                       if s < b and e > a]))
-            ids = ids + enc["input_ids"] + [policy.token_id(END)] + tok(obs, add_special_tokens=False)["input_ids"]
-        ids = ids[:max_tokens]
-        x = torch.tensor([ids], device=policy.device)
-        pred = policy.model(input_ids=x, use_cache=False).logits[0].argmax(-1).cpu()
-        for kind, positions in targets:
-            if positions and positions[-1] < len(ids):
-                hits.setdefault(kind, []).append(all(int(pred[p - 1]) == ids[p] for p in positions))
-    policy.model.train(was_training)
+    env = RetailEnv(source, max_steps=60)
+
+    def spans_of(action: str, nxt: str) -> list[tuple[str, int, int]]:
+        decided = [(_confirmed_kind(k), a, b) for k, a, b in decision_spans(action, nxt, env.db.products)]
+        return _argument_spans(action) + decided
+
+    tokens = teacher_forced_tokens(policy, env, task_ids, spans_of, max_tokens)
+    hits = {k: [all(v) for v in vs] for k, vs in tokens.items()}
     out = {k: float(np.mean(v)) for k, v in sorted(hits.items())}
     copies = [h for k, v in hits.items() if k in ARG_KINDS.values() for h in v]
     out["all"] = float(np.mean(copies)) if copies else float("nan")

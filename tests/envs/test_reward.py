@@ -1,7 +1,7 @@
 """tau2's reward rules: DB hash equality times COMMUNICATE substring checks; premature ends score 0."""
 
 from sinkflex_lib.envs import load_source
-from sinkflex_lib.envs.reward import communicate_checks, evaluate, replay
+from sinkflex_lib.envs.reward import communicate_checks, evaluate, gold_writes, replay
 
 
 def test_communicate_rule():
@@ -35,3 +35,13 @@ def test_db_and_communicate_product():
                           cancel])
     assert evaluate(data, task, noisy, ["cancelled"])["reward"] == 1.0
     data._gold_hash.pop("t", None)
+
+
+def test_gold_writes_are_the_gold_calls_that_change_the_database():
+    data = load_source("eval-world:3")
+    for tid, names in (("cancel_000", ["cancel_pending_order"]), ("info_000", []), ("refuse_000", []),
+                       ("exchange_000", ["exchange_delivered_order_items"])):
+        task = data.tasks[tid]
+        assert [a["name"] for a in gold_writes(task)] == names, tid
+        # independent: replaying only these on a fresh database gives the gold's database
+        assert replay(data, gold_writes(task)).hash() == replay(data, task["evaluation_criteria"]["actions"]).hash()
