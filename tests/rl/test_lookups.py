@@ -9,7 +9,8 @@ from sinkflex_lib.envs.data import load_source
 from sinkflex_lib.envs.actions import parse_action
 from sinkflex_lib.envs.db import RetailDB
 from sinkflex_lib.envs.tools import call_tool
-from sinkflex_lib.rl.lookups import LOOKUP_KEYS, call_lookup, flat_lookup, item_lookup, new_item_lookup, world_lookup
+from sinkflex_lib.rl.lookups import (LOOKUP_KEYS, call_lookup, flat_lookup, item_lookup, list_lookup, new_item_lookup,
+                                    world_lookup)
 from sinkflex_lib.rl.pretrain import train_world
 
 
@@ -147,3 +148,22 @@ def test_call_lookup_weights_a_write_call_that_repeats_its_confirmed_request(mic
     assert not failed, text
     assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "call-lookup"
     assert call_lookup(tok, data, seed, weight=3.0).ids == r.ids
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_list_lookup_weights_a_call_of_two_or_three_items_right_after_its_request(micro_policy, seed):
+    tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
+    r = list_lookup(tok, data, seed, weight=3.0)
+    [(before, value)] = _spans(tok, r)
+    request, answer = re.fullmatch(r"<\|assistant\|>(Here are the details.*?)<\|end\|><\|user\|>(.*?)<\|end\|><\|assistant\|>",
+                                   before).groups()                # nothing before the request: no tool results
+    call = parse_action(value)
+    args = call.arguments
+    assert answer == "yes" and 2 <= len(args["item_ids"]) <= 3
+    assert re.findall(r"item_id:(\d+)", request) == args["item_ids"] + args.get("new_item_ids", [])
+    order = data.db.tables["orders"][args["order_id"]]
+    assert set(args["item_ids"]) <= {i["item_id"] for i in order["items"]}
+    text, failed = call_tool(RetailDB(data.db), call.name, args)  # a write the tools accept
+    assert not failed, text
+    assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "list-lookup"
+    assert len(r.ids) < 400 and list_lookup(tok, data, seed, weight=3.0).ids == r.ids

@@ -281,3 +281,7 @@ def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro
     four = pt.EpisodeStream(micro_policy, calls, 0).mixed_lookups(s + 1)
     assert [r.task_id for r in four] == [r.task_id for r in three] + ["call-lookup"]
     assert [r.ids for r in four[:-1]] == [r.ids for r in three]
+    lists = dataclasses.replace(calls, list_lookup_mix=2)
+    five = pt.EpisodeStream(micro_policy, lists, 0).mixed_lookups(s + 1)
+    assert [r.task_id for r in five] == [r.task_id for r in four] + ["list-lookup"] * 2
+    assert [r.ids for r in five[:-2]] == [r.ids for r in four]
