@@ -7,7 +7,9 @@ python figures/grpo_stage6_base/item_lists.py LABEL=POLICY [LABEL=POLICY ...]   
 The committed output: the shipped base and grpo-tiny (data/checkpoints/), and the step-30 P0 seed 2, the
 step-90 P0 runs on the other 225 tasks (seed 0) and on these 110 tasks, and the supervised seed 7's step
 300, each as a policy folder outside the repository (its weights with the base's config and tokenizer;
-README.md here), and step 250 of a `calls` stage from the base (its run folder's step_250/).
+README.md here), step 250 of a `calls` stage from the base (its run folder's step_250/), and the
+list look-ups of `list_probe.py` (its OUT) and the `lists` stages after them or without them (their
+run folders' step_<N>/; README.md here, "The step from one id of a list to the next").
 
 An id counts as copied when the argmax prediction is right at every one of its tokens, each given the
 oracle's text before it (`sinkflex_lib.rl.pretrain.teacher_forced_tokens`, as `copy_accuracy` scores

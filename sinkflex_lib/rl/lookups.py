@@ -33,8 +33,10 @@ teach the look-up (EXPERIMENTS.md, section 2, measured):
   order's tool results: short (~150 tokens), so many fit a step, and every one steps from an id
   of the call's list to the next. In the oracle's episodes no policy got the first token of a
   list's later id right (0 of 25, `figures/grpo_stage6_base/item_lists.md`), after 250 steps
-  of `call_lookup` too; 200 steps of these alone (batch 32, lr 1e-3) took it to 150 of 152 in
-  held-out examples and 11 of 25 in the episodes (EXPERIMENTS.md, section 3).
+  of `call_lookup` too; 200 steps of these alone from the shipped base (batch 32, lr 1e-3) took
+  it to 139 of 142 in held-out look-ups and 12 of 25 in the episodes, where the requests' own ids
+  were then mostly lost; the `lists` pretraining stage after them, 21 of 25 whole with the
+  requests' ids back (`figures/grpo_stage6_base/list_probe.md`, `item_lists.md`).
 
 Each returns a `Rollout` layout whose `old_logp` carries the loss weights (as
 `warmstart.demonstration`): `weight` on the value tokens, 0 elsewhere; mask 1 on the values.

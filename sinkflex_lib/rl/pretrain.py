@@ -172,12 +172,16 @@ PROFILES = {
     "calls": dict(induction_steps=0, copy_steps=0, steps=500, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, eval_every=250, lookup_mix=2, item_lookup_mix=2, new_item_lookup_mix=4,
                   call_lookup_mix=8),
-    # an eighth stage (``--init`` the shipped stage-6 base): the variants stage with 12 list look-ups
-    # a step (:func:`.lookups.list_lookup`: a request of 2-3 items, "yes", the write call; ~150
-    # tokens): no policy got the first token of a call list's later id right in the oracle's
-    # episodes (0 of 25 teacher-forced, `figures/grpo_stage6_base/item_lists.md`), also after 250
-    # steps of the calls stage; 200 steps of list look-ups alone took it to 11 of 25 and forgot the
-    # requests' ids (EXPERIMENTS.md, section 3), so here they are mixed into the episodes.
+    # an eighth stage (not shipped): the variants stage with 12 list look-ups a step
+    # (:func:`.lookups.list_lookup`: a request of 2-3 items, "yes", the write call; ~150 tokens),
+    # ``--init`` a policy that has first learned the step from one id of a call's list to the next
+    # from list look-ups alone (``figures/grpo_stage6_base/list_probe.py OUT 200``, from the
+    # shipped base). No policy got the first token of a call list's later id right in the oracle's
+    # episodes (0 of 25 teacher-forced, `figures/grpo_stage6_base/item_lists.md`). Mixed in from
+    # the shipped base, 200 steps left it so (0 of 25; 3 of 142 in held-out list look-ups); after
+    # the look-ups alone (12 of 25; 139 of 142, the requests' ids mostly lost) 400 steps of this
+    # stage, seed 9, ended at 21 of 25 whole ids with the requests' ids back: greedy 0.364 on the 110
+    # tasks (the shipped base 0.391), its samples' reach 0.573 (0.527) (EXPERIMENTS.md, section 3).
     "lists": dict(induction_steps=0, copy_steps=0, steps=400, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, eval_every=200, item_lookup_mix=4, new_item_lookup_mix=8, list_lookup_mix=12),
     # a third stage: digit-only ids (item, product) were never copied after the two stages above

@@ -1,0 +1,118 @@
+"""Can the tiny policy step from one id of a call's list to the next? Trains a policy on list
+look-ups alone (`sinkflex_lib.rl.lookups.list_lookup`: a request of 2-3 items, "yes", the write
+call) and scores, every 50 steps, the call's item ids teacher-forced in 64 list look-ups of
+eval-world:7 (never trained on): the first token and the whole id, first id of a list against later
+ones. Writes list_probe.md beside itself and the last weights to OUT (a policy folder for item_lists.py).
+
+python figures/grpo_stage6_base/list_probe.py OUT [STEPS=200]   (one thread; ~8 minutes quiet)
+python figures/grpo_stage6_base/list_probe.py --score LABEL=POLICY ...   (the same scores of other policies
+                                                                        -> list_probe_scores.md; seconds each)
+"""
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from sinkflex_lib.envs import load_source
+from sinkflex_lib.envs.actions import argument_value_spans
+from sinkflex_lib.rl.lookups import list_lookup
+from sinkflex_lib.rl.policy import build_policy
+from sinkflex_lib.rl.pretrain import train_world, weighted_loss
+from sinkflex_lib.rl.rollout import collate
+from sinkflex_lib.tables import markdown_table
+
+BASE, BATCH, LR, SEED, HELD_OUT, N_HELD = "data/checkpoints/base-tiny", 32, 1e-3, 0, "eval-world:7", 64
+
+
+def id_starts(tok, r) -> list[tuple[bool, int, int]]:
+    """(later id of its list, index of its first token, of its last) for the item ids of r's call."""
+    first = r.mask.index(1)
+    call = tok.decode(r.ids[first:first + sum(r.mask)])
+    enc = tok(call, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    spans = [(n, a, b) for n, a, b in argument_value_spans(call) if n in ("item_ids", "new_item_ids")]
+    firsts = {n: min(a for m, a, _ in spans if m == n) for n, _, _ in spans}
+    out = []
+    for n, a, b in spans:
+        js = [j for j, (s, e) in enumerate(enc) if s < b and e > a]
+        out.append((a != firsts[n], first + js[0], first + js[-1]))
+    return out
+
+
+@torch.no_grad()
+def score(policy, held) -> dict[str, tuple[int, int, int]]:
+    """"first"/"later": (ids, first token right, whole id right)."""
+    policy.model.eval()
+    hits = {"first": [0, 0, 0], "later": [0, 0, 0]}
+    for i in range(N_HELD):
+        r = list_lookup(policy.tokenizer, held, 10**9 + i)
+        pred = policy.model(input_ids=torch.tensor([r.ids]), use_cache=False).logits[0].argmax(-1)
+        for later, p0, p1 in id_starts(policy.tokenizer, r):
+            h = hits["later" if later else "first"]
+            h[0] += 1
+            h[1] += int(pred[p0 - 1] == r.ids[p0])
+            h[2] += int(all(pred[p - 1] == r.ids[p] for p in range(p0, p1 + 1)))
+    policy.model.train()
+    return {k: tuple(v) for k, v in hits.items()}
+
+
+def columns(s: dict[str, tuple[int, int, int]]) -> dict[str, int]:
+    return {f"{k} ids: {what}": v[j] for k, v in s.items()
+            for j, what in ((0, "scored"), (1, "first token right"), (2, "whole right"))}
+
+
+def score_policies(pairs: list[str]) -> None:
+    held, rows = load_source(HELD_OUT), []
+    for label, path in (a.split("=", 1) for a in pairs):
+        s = score(build_policy(path), held)
+        rows.append({"policy": label, **columns(s)})
+        print(rows[-1], flush=True)
+    text = (f"# List look-ups of {HELD_OUT}, scored as in `list_probe.md` (`list_probe.py --score`)\n\n"
+            f"Item ids of the write call in {N_HELD} list look-ups, teacher-forced.\n\n" + markdown_table(rows))
+    (Path(__file__).parent / "list_probe_scores.md").write_text(text)
+
+
+def train_alone(out: Path, steps: int) -> None:
+    """`steps` steps of list look-ups from the shipped base, scored every 50; the weights to `out`."""
+    torch.manual_seed(SEED)
+    policy, held = build_policy(BASE), load_source(HELD_OUT)
+    opt = torch.optim.AdamW(policy.model.parameters(), lr=LR, weight_decay=0.0)
+    rows, t0, world = [], time.time(), None
+    for step in range(steps + 1):
+        if step % 50 == 0:
+            s = score(policy, held)
+            rows.append({"step": step, "minutes (2 cores shared with another run)": f"{(time.time() - t0) / 60:.1f}",
+                         **columns(s)})
+            print(rows[-1], flush=True)
+        if step == steps:
+            break
+        k = step * BATCH // 2000       # a fresh training world every 2,000 examples
+        world = world if world and world[0] == k else (k, load_source(train_world(99, k)))
+        loss, _ = weighted_loss(policy, collate([list_lookup(policy.tokenizer, world[1], step * BATCH + i, 3.0)
+                                                 for i in range(BATCH)], policy.pad_id))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
+        opt.step()
+    shutil.copytree(BASE, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("manifest.json", "*.jsonl"))
+    policy.model.save_pretrained(out)
+    text = (f"# List look-ups alone, from the shipped base (`list_probe.py`: batch {BATCH}, lr {LR}, seed {SEED}, "
+            f"one thread)\n\nItem ids of the write call in {N_HELD} list look-ups of {HELD_OUT} (never trained on), "
+            "teacher-forced.\n\n" + markdown_table(rows))
+    (Path(__file__).parent / "list_probe.md").write_text(text)
+    print(text)
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    torch.set_num_threads(1)
+    if sys.argv[1] == "--score":
+        score_policies(sys.argv[2:])
+    else:
+        train_alone(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 200)
+
+
+if __name__ == "__main__":
+    main()
