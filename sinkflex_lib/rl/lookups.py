@@ -31,8 +31,8 @@ teach the look-up (EXPERIMENTS.md, section 2, measured):
   (teacher-forced item ids in calls 31%, EXPERIMENTS.md, section 2).
 - `list_lookup`: the same request of two or three items, "yes" and the write call, without the
   order's tool results: short (~150 tokens), so many fit a step, and every one steps from an id
-  of the call's list to the next. In the oracle's episodes no policy from the shipped base got the first token of a
-  list's later id right (0 of 25, `figures/grpo_stage6_base/item_lists.md`), after 250 steps
+  of the call's list to the next. In the oracle's episodes no policy from the shipped base got
+  the first token of a list's later id right (0 of 25, `figures/grpo_stage6_base/item_lists.md`), after 250 steps
   of `call_lookup` too; 200 steps of these alone from the shipped base (batch 32, lr 1e-3) took
   it to 139 of 142 in held-out look-ups and 12 of 25 in the episodes, where the requests' own ids
   were then mostly lost; the `lists` pretraining stage after them, 21 of 25 whole with the

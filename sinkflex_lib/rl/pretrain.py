@@ -176,8 +176,8 @@ PROFILES = {
     # (:func:`.lookups.list_lookup`: a request of 2-3 items, "yes", the write call; ~150 tokens),
     # ``--init`` a policy that has first learned the step from one id of a call's list to the next
     # from list look-ups alone (``figures/grpo_stage6_base/list_probe.py OUT 200``, from the
-    # shipped base). No policy from the shipped base got the first token of a call list's later id right in the oracle's
-    # episodes (0 of 25 teacher-forced, `figures/grpo_stage6_base/item_lists.md`). Mixed in from
+    # shipped base). No policy from the shipped base got the first token of a call list's later id
+    # right in the oracle's episodes (0 of 25 teacher-forced, `figures/grpo_stage6_base/item_lists.md`). Mixed in from
     # the shipped base, 200 steps left it so (0 of 25; 3 of 142 in held-out list look-ups); after
     # the look-ups alone (12 of 25; 139 of 142, the requests' ids mostly lost) 400 steps of this
     # stage, seed 9, ended at 21 of 25 whole ids with the requests' ids back: greedy 0.364 on the 110

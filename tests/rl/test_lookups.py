@@ -1,6 +1,7 @@
 """Look-up examples: the weighted tokens are exactly the values the context pairs with their keys
 (or with what the user's words name), checked by parsing the decoded text independently."""
 
+import copy
 import re
 
 import pytest
@@ -167,3 +168,11 @@ def test_list_lookup_weights_a_call_of_two_or_three_items_right_after_its_reques
     assert not failed, text
     assert {w for w, m in zip(r.old_logp, r.mask) if m} == {3.0} and r.task_id == "list-lookup"
     assert len(r.ids) < 400 and list_lookup(tok, data, seed, weight=3.0).ids == r.ids
+
+
+def test_list_lookup_refuses_a_world_without_an_order_of_two_items(micro_policy):
+    data = copy.deepcopy(load_source(train_world(0, 0)))   # the loaded world is cached: edit a copy
+    for order in data.db.tables["orders"].values():
+        order["items"] = order["items"][:1]
+    with pytest.raises(ValueError, match="2\\+ items"):
+        list_lookup(micro_policy.tokenizer, data, 0)
