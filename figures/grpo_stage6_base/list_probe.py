@@ -16,12 +16,13 @@ from pathlib import Path
 import torch
 
 from sinkflex_lib.envs import load_source
-from sinkflex_lib.envs.actions import argument_value_spans
 from sinkflex_lib.rl.lookups import list_lookup
 from sinkflex_lib.rl.policy import build_policy
 from sinkflex_lib.rl.pretrain import train_world, weighted_loss
 from sinkflex_lib.rl.rollout import collate
 from sinkflex_lib.tables import markdown_table
+
+from item_lists import id_spans   # this folder's script: first and later ids of a call's lists
 
 BASE, BATCH, LR, SEED, HELD_OUT, N_HELD = "data/checkpoints/base-tiny", 32, 1e-3, 0, "eval-world:7", 64
 
@@ -31,12 +32,10 @@ def id_starts(tok, r) -> list[tuple[bool, int, int]]:
     first = r.mask.index(1)
     call = tok.decode(r.ids[first:first + sum(r.mask)])
     enc = tok(call, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    spans = [(n, a, b) for n, a, b in argument_value_spans(call) if n in ("item_ids", "new_item_ids")]
-    firsts = {n: min(a for m, a, _ in spans if m == n) for n, _, _ in spans}
     out = []
-    for n, a, b in spans:
+    for where, a, b in id_spans(call):
         js = [j for j, (s, e) in enumerate(enc) if s < b and e > a]
-        out.append((a != firsts[n], first + js[0], first + js[-1]))
+        out.append((where == "call later", first + js[0], first + js[-1]))
     return out
 
 

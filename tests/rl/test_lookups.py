@@ -128,14 +128,20 @@ def test_new_item_lookup_states_the_asked_variant_as_the_product_details_show_it
     assert new_item_lookup(micro_policy.tokenizer, data, seed, weight=3.0).ids == r.ids
 
 
+def _confirmed_write(tok, r):
+    """(text before the weighted call, the confirmation request, the user's answer, the parsed call)
+    of a call or list look-up."""
+    [(before, value)] = _spans(tok, r)
+    request, answer = re.search(r"<\|assistant\|>(Here are the details.*?)<\|end\|><\|user\|>(.*?)<\|end\|><\|assistant\|>$",
+                                before).groups()
+    return before, request, answer, parse_action(value)
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_call_lookup_weights_a_write_call_that_repeats_its_confirmed_request(micro_policy, seed):
     tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
     r = call_lookup(tok, data, seed, weight=3.0)
-    [(before, value)] = _spans(tok, r)
-    request, answer = re.search(r"<\|assistant\|>(Here are the details.*?)<\|end\|><\|user\|>(.*?)<\|end\|><\|assistant\|>$",
-                                before).groups()
-    call = parse_action(value)
+    before, request, answer, call = _confirmed_write(tok, r)
     args = call.arguments
     assert answer == "yes" and f"order {args['order_id']}" in request and args["payment_method_id"] in request
     stated = re.findall(r"item_id:(\d+)", request)                 # the ids in the order the request states them
@@ -155,10 +161,8 @@ def test_call_lookup_weights_a_write_call_that_repeats_its_confirmed_request(mic
 def test_list_lookup_weights_a_call_of_two_or_three_items_right_after_its_request(micro_policy, seed):
     tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
     r = list_lookup(tok, data, seed, weight=3.0)
-    [(before, value)] = _spans(tok, r)
-    request, answer = re.fullmatch(r"<\|assistant\|>(Here are the details.*?)<\|end\|><\|user\|>(.*?)<\|end\|><\|assistant\|>",
-                                   before).groups()                # nothing before the request: no tool results
-    call = parse_action(value)
+    before, request, answer, call = _confirmed_write(tok, r)
+    assert before.startswith("<|assistant|>Here are the details")   # nothing before the request: no tool results
     args = call.arguments
     assert answer == "yes" and 2 <= len(args["item_ids"]) <= 3
     assert re.findall(r"item_id:(\d+)", request) == args["item_ids"] + args.get("new_item_ids", [])
