@@ -174,6 +174,21 @@ def item_text(item: dict) -> str:
     return f"{item['name']} ({options_text(item['options'])})"
 
 
+def swap_text(order_id: str, items: list[dict], news: list[dict], method: dict, verb: str) -> str:
+    """An exchange's or item change's task text (`verb` "exchange" or "change"): each of `items` to
+    its variant in `news`, the price difference through `method`."""
+    changes = "; and ".join(f"the {item_text(i)} to the variant with {options_text(v['options'])}"
+                            for i, v in zip(items, news))
+    return (f"In order {order_id} you want to {verb} {changes}. Any price difference "
+            f"should go through your {method_text(method)}. These are all the items you want to {verb}.")
+
+
+def return_text(order_id: str, items: list[dict], method: dict) -> str:
+    """A return's task text: `items` of the order, the refund to `method`."""
+    names = " and the ".join(item_text(i) for i in items)
+    return f"You want to return the {names} from order {order_id}, with the refund to your {method_text(method)}."
+
+
 def method_text(m: dict) -> str:
     """A payment method as the scripted user names it."""
     if m["source"] == "credit_card":
@@ -278,10 +293,7 @@ class _TaskMaker:
         items, news, pids = picked
         diff = sum(v["price"] - i["price"] for i, v in zip(items, news))
         pm = self._pay_for(user, max(diff, 0))
-        changes = "; and ".join(f"the {item_text(i)} to the variant with {options_text(v['options'])}"
-                                for i, v in zip(items, news))
-        text = (f"In order {order['order_id']} you want to {verb} {changes}. Any price difference "
-                f"should go through your {method_text(pm)}. These are all the items you want to {verb}.")
+        text = swap_text(order["order_id"], items, news, pm, verb)
         acts = [_act("get_order_details", order_id=order["order_id"])]
         acts += [_act("get_product_details", product_id=p) for p in pids]
         acts.append(_act(tool, order_id=order["order_id"], item_ids=[i["item_id"] for i in items],
@@ -316,9 +328,7 @@ class _TaskMaker:
         gift = [m for m in user["payment_methods"].values() if m["source"] == "gift_card"]
         original = user["payment_methods"][order["payment_history"][0]["payment_method_id"]]
         m = gift[0] if gift and self.rng.random() < 0.4 else original
-        names = " and the ".join(item_text(i) for i in items)
-        return TaskSpec(f"You want to return the {names} from order {order['order_id']}, with the refund "
-                        f"to your {method_text(m)}.",
+        return TaskSpec(return_text(order["order_id"], items, m),
                         [_act("get_order_details", order_id=order["order_id"]),
                          _act("return_delivered_order_items", order_id=order["order_id"],
                               item_ids=[i["item_id"] for i in items], payment_method_id=m["id"])])

@@ -37,6 +37,12 @@ teach the look-up (EXPERIMENTS.md, section 2, measured):
   it to 139 of 142 in held-out look-ups and 12 of 25 in the episodes, where the requests' own ids
   were then mostly lost; the `lists` pretraining stage after them, 21 of 25 whole with the
   requests' ids back (`figures/grpo_stage6_base/list_probe.md`, `item_lists.md`).
+- `request_lookup`: a user's and an order's tool results (and, for an exchange or item change, the
+  products of the items asked about), the user's first message asking for a return, exchange or
+  item change of 1-3 of the order's items in a generated task's words, then the confirmation
+  request that states them; loss on the request from "I will " on. After the lists stage the
+  requests' later item ids were the weak copy (13 of 34 whole in the oracle's episodes,
+  `figures/grpo_stage6_base/item_lists.md`).
 
 Each returns a `Rollout` layout whose `old_logp` carries the loss weights (as
 `warmstart.demonstration`): `weight` on the value tokens, 0 elsewhere; mask 1 on the values.
@@ -49,8 +55,9 @@ import numpy as np
 from ..envs.db import RetailDB
 from ..envs.oracle import CONFIRM_PREFIX, confirmation_request, tool_call_json
 from ..envs.render import item_label
-from ..envs.synthetic import item_text, method_text, options_text
+from ..envs.synthetic import item_text, method_text, options_text, return_text, swap_text
 from ..envs.tools import call_tool
+from ..envs.users import first_person
 from .chat import ASSISTANT, END, canonical_action, render_message
 from .rollout import Rollout
 
@@ -263,3 +270,37 @@ def list_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int
     action = _write_of(data.db, rng, orders[int(rng.integers(len(orders)))], min_items=2)
     head, call = _confirmed_call(data.db, action)
     return _layout(tokenizer, "", [(head, call, "")], weight, max_tokens, "list-lookup", seed)
+
+
+def _said(db, action: dict) -> str:
+    """The user's first message asking for `action` (a return, exchange or item change), as the
+    scripted user says a generated task's text (:func:`~sinkflex_lib.envs.users.first_person`)."""
+    a = action["arguments"]
+    order = db.tables["orders"][a["order_id"]]
+    items = [next(i for i in order["items"] if i["item_id"] == x) for x in a["item_ids"]]
+    method = db.tables["users"][order["user_id"]]["payment_methods"][a["payment_method_id"]]
+    if action["name"] == "return_delivered_order_items":
+        return first_person(return_text(a["order_id"], items, method))
+    variants = [db.tables["products"][i["product_id"]]["variants"][x] for i, x in zip(items, a["new_item_ids"])]
+    verb = "exchange" if action["name"] == "exchange_delivered_order_items" else "change"
+    return first_person(swap_text(a["order_id"], items, variants, method, verb))
+
+
+def request_lookup(tokenizer, data, seed: int, weight: float = 1.0, max_tokens: int = 3072) -> Rollout:
+    """The tool results of a user, one of their orders of two or more items and (for a swap) the
+    products of the items asked about, the user's request of 1-3 of them as a task states it, then
+    the agent's confirmation request, which is weighted from "I will " on (module docstring)."""
+    rng = np.random.default_rng(seed)
+    db = data.db
+    orders = _writable_orders(db, min_items=2)
+    order = orders[int(rng.integers(len(orders)))]
+    action = _write_of(db, rng, order)
+    context = _tool(db, "get_user_details", user_id=order["user_id"])
+    context += _tool(db, "get_order_details", order_id=order["order_id"])
+    if "new_item_ids" in action["arguments"]:
+        pids = dict.fromkeys(i["product_id"] for i in order["items"] if i["item_id"] in action["arguments"]["item_ids"])
+        context += "".join(_tool(db, "get_product_details", product_id=p) for p in pids)
+    request = confirmation_request(action, db.tables["products"])
+    head = render_message("user", _said(db, action)) + ASSISTANT + CONFIRM_PREFIX
+    return _layout(tokenizer, context, [(head, request[len(CONFIRM_PREFIX):], "")], weight, max_tokens,
+                   "request-lookup", seed)

@@ -17,8 +17,10 @@ not by the token before it); after them every step may add `lookup_mix` look-ups
 training world's own tool results, `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
 an item stated as a confirmation request states it) and `new_item_lookup_mix` new-item look-ups
 (:func:`.lookups.new_item_lookup`: the variant an exchange asks for), `call_lookup_mix` write
-calls after their confirmation request (:func:`.lookups.call_lookup`) and `list_lookup_mix` short
-requests of 2-3 items and their calls (:func:`.lookups.list_lookup`), in a third forward. Then
+calls after their confirmation request (:func:`.lookups.call_lookup`), `list_lookup_mix` short
+requests of 2-3 items and their calls (:func:`.lookups.list_lookup`) and `request_lookup_mix`
+users' requests of 1-3 items and the confirmation request stating them (:func:`.lookups.request_lookup`),
+in a third forward. Then
 `copy_steps` of a copy curriculum: the episodes without the system message, cut at
 `copy_max_tokens` (the first look-ups and calls, where most ids are copied: many copies per token
 of compute). Then whole episodes (cut at the
@@ -64,7 +66,8 @@ from ..envs.oracle import decision_spans, with_next_action
 from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
-from .lookups import call_lookup, flat_lookup, item_lookup, list_lookup, new_item_lookup, world_lookup
+from .lookups import (call_lookup, flat_lookup, item_lookup, list_lookup, new_item_lookup, request_lookup,
+                      world_lookup)
 from ..machine import THREADS_HELP, choose_threads
 from .policy import build_policy, num_parameters
 from .config import SEED, int_arg
@@ -92,6 +95,8 @@ class PretrainConfig:
     new_item_lookup_mix: int = 0     # new items as a request states them (:func:`.lookups.new_item_lookup`), same
     call_lookup_mix: int = 0         # write calls after their confirmation request (:func:`.lookups.call_lookup`), same
     list_lookup_mix: int = 0         # short requests of 2-3 items and their calls (:func:`.lookups.list_lookup`), same
+    request_lookup_mix: int = 0      # users' requests of 1-3 items, then the confirmation request
+                                     # (:func:`.lookups.request_lookup`), same
     copy_steps: int = 2000           # phase 2: short episodes without the system message
     copy_batch: int = 24
     copy_max_tokens: int = 256
@@ -184,6 +189,15 @@ PROFILES = {
     # tasks (the shipped base 0.391), its samples' reach 0.573 (0.527) (EXPERIMENTS.md, section 3).
     "lists": dict(induction_steps=0, copy_steps=0, steps=400, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, eval_every=200, item_lookup_mix=4, new_item_lookup_mix=8, list_lookup_mix=12),
+    # a ninth stage (not shipped): the lists stage with 4 request look-ups a step
+    # (:func:`.lookups.request_lookup`: a user's request of 1-3 items of an order, then the
+    # confirmation request that states them), ``--init`` a policy that has first learned list and
+    # request look-ups alone (``list_probe.py OUT 200 8``). After the lists stage the requests'
+    # later item ids were the weak copy: 13 of 34 whole, teacher-forced in the oracle's episodes
+    # (`figures/grpo_stage6_base/item_lists.md`; EXPERIMENTS.md, section 3).
+    "requests": dict(induction_steps=0, copy_steps=0, steps=400, lr=7e-4, warmup=50, decision_weight=5.0,
+                     max_tokens=3072, eval_every=200, item_lookup_mix=4, new_item_lookup_mix=8, list_lookup_mix=12,
+                     request_lookup_mix=4),
     # a third stage: digit-only ids (item, product) were never copied after the two stages above
     # (their first token, even with one candidate in the context): flat look-ups form a key -> value
     # circuit, then episodes with look-ups in the worlds' own tool results (EXPERIMENTS.md, section 2).
@@ -269,14 +283,14 @@ class EpisodeStream:
 
     def mixed_lookups(self, step: int) -> list[Rollout]:
         """The `lookup_mix` look-ups, the `item_lookup_mix` item look-ups, the
-        `new_item_lookup_mix` new-item look-ups, the `call_lookup_mix` call look-ups, then the
-        `list_lookup_mix` list look-ups, in the
+        `new_item_lookup_mix` new-item look-ups, the `call_lookup_mix` call look-ups, the
+        `list_lookup_mix` list look-ups, then the `request_lookup_mix` request look-ups, in the
         tool results of the world the episodes of step `step` come from, added to every step after
         the flat look-up phase."""
         c = self.cfg
         kinds = ((world_lookup, c.lookup_mix), (item_lookup, c.item_lookup_mix),
                  (new_item_lookup, c.new_item_lookup_mix), (call_lookup, c.call_lookup_mix),
-                 (list_lookup, c.list_lookup_mix))
+                 (list_lookup, c.list_lookup_mix), (request_lookup, c.request_lookup_mix))
         if not any(n for _, n in kinds) or phase_of(c, step) in ("induction", "lookup"):
             return []
         data = load_source(train_world(self.seed, episodes_before(c, step) // c.episodes_per_world))

@@ -11,7 +11,7 @@ from sinkflex_lib.envs.actions import parse_action
 from sinkflex_lib.envs.db import RetailDB
 from sinkflex_lib.envs.tools import call_tool
 from sinkflex_lib.rl.lookups import (LOOKUP_KEYS, call_lookup, flat_lookup, item_lookup, list_lookup, new_item_lookup,
-                                    world_lookup)
+                                    request_lookup, world_lookup)
 from sinkflex_lib.rl.pretrain import train_world
 
 
@@ -28,6 +28,12 @@ def _spans(tok, r):
         else:
             j += 1
     return out
+
+
+def _spoken(method) -> str:
+    """How the scripted user names a payment method, written out by hand."""
+    return {"credit_card": f"my {method.get('brand')} credit card ending in {method.get('last_four')}",
+            "paypal": "my PayPal account", "gift_card": "my gift card"}[method["source"]]
 
 
 def _hint(item) -> str:
@@ -73,9 +79,7 @@ def test_world_lookup_picks_the_id_the_users_words_name(micro_policy, seed):
         else:
             assert "payment_method_id" in call
             m = next(u["payment_methods"][value] for u in users.values() if value in u["payment_methods"])
-            spoken = {"credit_card": f"my {m.get('brand')} credit card ending in {m.get('last_four')}",
-                      "paypal": "my PayPal account", "gift_card": "my gift card"}[m["source"]]
-            assert said == spoken
+            assert said == _spoken(m)
     assert r.task_id == "world-lookup" and r.ids and sum(r.mask) > 0
 
 
@@ -180,3 +184,34 @@ def test_list_lookup_refuses_a_world_without_an_order_of_two_items(micro_policy)
         order["items"] = order["items"][:1]
     with pytest.raises(ValueError, match="2\\+ items"):
         list_lookup(micro_policy.tokenizer, data, 0)
+
+
+def _options(options: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in options.items())
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_request_lookup_states_the_items_and_variants_the_users_words_name(micro_policy, seed):
+    tok, data = micro_policy.tokenizer, load_source(train_world(0, 0))
+    orders, products = data.db.tables["orders"], data.db.tables["products"]
+    r = request_lookup(tok, data, seed, weight=3.0)
+    [(before, request)] = _spans(tok, r)
+    assert before.endswith("<|assistant|>Here are the details of the action: I will ")
+    said = re.findall(r"<\|user\|>(.*?)<\|end\|>", before)[-1]
+    oid = re.search(r"order (#W\d+)", said).group(1)
+    assert said.startswith(("I want to return the ", f"In order {oid} I want to ")) and "you" not in said.lower().split()
+    order = orders[oid]
+    named = sorted((i for i in order["items"] if _hint(i) in said), key=lambda i: said.index(_hint(i)))
+    assert 1 <= len(named) <= 3 and len(order["items"]) >= 2      # the ordered items the user names, in turn
+    wanted = [next(v for v in products[i["product_id"]]["variants"].values()
+                   if f"{_hint(i)} to the variant with {_options(v['options'])}" in said) for i in named
+              if " to the variant with " in said]
+    stated = re.findall(r"item_id:(\d+)", request)               # in the order the request states them
+    assert stated == [i["item_id"] for i in named] + [v["item_id"] for v in wanted]
+    for iid in stated:                                            # each stated as a tool result above shows it
+        assert f"item_id:{iid}" in before
+    method = re.search(r"(?:refund to|settled with) (\w+)", request).group(1)
+    m = data.db.tables["users"][order["user_id"]]["payment_methods"][method]
+    assert _spoken(m) in said and request.endswith("Please answer yes or no.")
+    assert {w for w, k in zip(r.old_logp, r.mask) if k} == {3.0} and r.task_id == "request-lookup"
+    assert request_lookup(tok, data, seed, weight=3.0).ids == r.ids

@@ -285,3 +285,7 @@ def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro
     five = pt.EpisodeStream(micro_policy, lists, 0).mixed_lookups(s + 1)
     assert [r.task_id for r in five] == [r.task_id for r in four] + ["list-lookup"] * 2
     assert [r.ids for r in five[:-2]] == [r.ids for r in four]
+    requests = dataclasses.replace(lists, request_lookup_mix=1)
+    six = pt.EpisodeStream(micro_policy, requests, 0).mixed_lookups(s + 1)
+    assert [r.task_id for r in six] == [r.task_id for r in five] + ["request-lookup"]
+    assert [r.ids for r in six[:-1]] == [r.ids for r in five]
