@@ -20,7 +20,7 @@ an item stated as a confirmation request states it) and `new_item_lookup_mix` ne
 calls after their confirmation request (:func:`.lookups.call_lookup`), `list_lookup_mix` short
 requests of 2-3 items and their calls (:func:`.lookups.list_lookup`) and `request_lookup_mix`
 users' requests of 1-3 items and the confirmation request stating them (:func:`.lookups.request_lookup`),
-in a third forward. Then
+in forwards of their own, one a kind. Then
 `copy_steps` of a copy curriculum: the episodes without the system message, cut at
 `copy_max_tokens` (the first look-ups and calls, where most ids are copied: many copies per token
 of compute). Then whole episodes (cut at the
@@ -326,6 +326,22 @@ def weighted_loss(policy, batch: dict) -> tuple[torch.Tensor, float]:
     return loss, agent
 
 
+def grouped_loss(policy, rows: list[Rollout]) -> torch.Tensor:
+    """The weighted mean NLL of `rows` as one batch would give it (:func:`weighted_loss`), computed
+    with one forward per task kind (`task_id`), so that short rows are not padded to long ones'
+    length (a list look-up, ~150 tokens, beside a request look-up of ~2,000)."""
+    kinds: dict[str, list[Rollout]] = {}
+    for r in rows:
+        kinds.setdefault(r.task_id, []).append(r)
+    total, weight = 0.0, 0.0
+    for group in kinds.values():
+        batch = collate(group, policy.pad_id)
+        logp, _ = token_logprobs(policy.model, batch)
+        w = batch["old_logp"].to(logp.device)
+        total, weight = total - (logp * w).sum(), weight + w.sum()
+    return total / torch.as_tensor(weight).clamp(min=1e-9)
+
+
 def lr_at(cfg: PretrainConfig, step: int) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -430,8 +446,8 @@ def _evaluate_and_keep(policy, cfg: PretrainConfig, out_dir: Path, step: int, lo
 
 
 def _train_step(policy, opt, stream: EpisodeStream, cfg: PretrainConfig, step: int) -> dict:
-    """One optimizer step on `step`'s batch (plus its mixed-in induction and lookup rows, each
-    their own forward); returns its metrics row."""
+    """One optimizer step on `step`'s batch (plus its mixed-in induction rows, their own forward,
+    and look-up rows, a forward for each kind); returns its metrics row."""
     ts, pad_id = time.perf_counter(), policy.pad_id
     examples, phase = stream.batch(step)
     batch, mixed = collate(examples, pad_id), stream.mixed_induction(step)
@@ -443,7 +459,7 @@ def _train_step(policy, opt, stream: EpisodeStream, cfg: PretrainConfig, step: i
         loss = loss + weighted_loss(policy, collate(mixed, pad_id))[0]
     looks = stream.mixed_lookups(step)
     if looks:
-        loss = loss + weighted_loss(policy, collate(looks, pad_id))[0]
+        loss = loss + grouped_loss(policy, looks)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     gn = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip)

@@ -289,3 +289,20 @@ def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro
     six = pt.EpisodeStream(micro_policy, requests, 0).mixed_lookups(s + 1)
     assert [r.task_id for r in six] == [r.task_id for r in five] + ["request-lookup"]
     assert [r.ids for r in six[:-1]] == [r.ids for r in five]
+
+
+def test_grouped_loss_is_the_one_batch_loss_without_padding_short_rows_to_long_ones(micro_policy):
+    from sinkflex_lib.rl.lookups import flat_lookup, list_lookup, request_lookup
+    from sinkflex_lib.rl.rollout import collate
+
+    tok, data = micro_policy.tokenizer, pt.load_source(pt.train_world(0, 0))
+    rows = [request_lookup(tok, data, 0, 3.0), flat_lookup(tok, 1, 1.0), list_lookup(tok, data, 2, 3.0),
+            flat_lookup(tok, 3, 1.0), request_lookup(tok, data, 4, 3.0)]
+    assert len({r.task_id for r in rows}) == 3 and max(len(r.ids) for r in rows) > 4 * min(len(r.ids) for r in rows)
+    torch.manual_seed(0)
+    one, _ = pt.weighted_loss(micro_policy, collate(rows, micro_policy.pad_id))
+    grouped = pt.grouped_loss(micro_policy, rows)
+    assert float(grouped) == pytest.approx(float(one), rel=1e-5)
+    g1 = torch.autograd.grad(one, list(micro_policy.model.parameters()))
+    g2 = torch.autograd.grad(grouped, list(micro_policy.model.parameters()))
+    assert max(float((a - b).abs().max() / b.abs().max().clamp(min=1e-12)) for a, b in zip(g1, g2)) < 1e-4
