@@ -2,7 +2,10 @@
 a write's list as well as the first? The 15 tasks of eval-world:0's 110 whose write lists two or
 three item ids (no policy solves one, `failure_causes.md`). Writes item_lists.md beside itself.
 
-python figures/grpo_stage6_base/item_lists.py LABEL=POLICY [LABEL=POLICY ...]   (one thread, seconds a policy)
+python figures/grpo_stage6_base/item_lists.py [--out NAME.md] LABEL=POLICY [LABEL=POLICY ...]   (one thread, seconds a policy)
+
+--out writes another file of this folder (item_lists_requests.md: the shipped base, the lists stage and
+the requests stage after it, README.md here, "Requests of several items, taught").
 
 The committed output: the shipped base and grpo-tiny (data/checkpoints/), and the step-30 P0 seed 2, the
 step-90 P0 runs on the other 225 tasks (seed 0) and on these 110 tasks, and the supervised seed 7's step
@@ -60,13 +63,16 @@ def scores(policy, env, task_ids: list[str]) -> dict[str, list[tuple[bool, bool]
 
 
 def main() -> None:
-    if len(sys.argv) < 2 or not all("=" in a for a in sys.argv[1:]):
+    args, out = sys.argv[1:], "item_lists.md"
+    if args[:1] == ["--out"] and len(args) > 1:
+        out, args = args[1], args[2:]
+    if not args or not all("=" in a for a in args):
         sys.exit(__doc__)
     torch.set_num_threads(1)
     env = RetailEnv(SOURCE, max_steps=60)
     tasks = multi_item_tasks(env)
     rows = []
-    for label, policy in (a.split("=", 1) for a in sys.argv[1:]):
+    for label, policy in (a.split("=", 1) for a in args):
         hits = scores(build_policy(policy), env, tasks)
         for where, h in sorted(hits.items()):
             rows.append({"policy": label, "where": where, "ids": len(h), "whole id right": sum(f and r for f, r in h),
@@ -74,7 +80,7 @@ def main() -> None:
     text = (f"# Item ids copied teacher-forced, first against later ({len(tasks)} tasks: {', '.join(tasks)})\n\n"
             "Written by `item_lists.py`. Every token is predicted from the oracle's text before it, so the "
             "tokens after a wrong first one are scored given the right first token.\n\n" + markdown_table(rows))
-    (Path(__file__).parent / "item_lists.md").write_text(text)
+    (Path(__file__).parent / out).write_text(text)
     print(text)
 
 

@@ -302,7 +302,7 @@ def test_grouped_loss_is_the_one_batch_loss_without_padding_short_rows_to_long_o
     torch.manual_seed(0)
     one, _ = pt.weighted_loss(micro_policy, collate(rows, micro_policy.pad_id))
     grouped = pt.grouped_loss(micro_policy, rows)
-    assert float(grouped) == pytest.approx(float(one), rel=1e-5)
+    assert grouped.item() == pytest.approx(one.item(), rel=1e-5)
     g1 = torch.autograd.grad(one, list(micro_policy.model.parameters()))
     g2 = torch.autograd.grad(grouped, list(micro_policy.model.parameters()))
     assert max(float((a - b).abs().max() / b.abs().max().clamp(min=1e-12)) for a, b in zip(g1, g2)) < 1e-4
