@@ -194,8 +194,8 @@ PROFILES = {
     # confirmation request that states them), ``--init`` the lists stage's last step. After it the
     # requests' later item ids were the weak copy: 13 of 34 whole, teacher-forced in the oracle's
     # episodes (`figures/grpo_stage6_base/item_lists.md`). Seed 10, 400 steps: 15 of 34 (the first
-    # ids 10 -> 14 of 15), greedy 0.455 on the 110 tasks, 400 more steps of episodes among the
-    # causes (EXPERIMENTS.md, section 3).
+    # ids 10 -> 14 of 15), greedy 0.455 on the 110 tasks; the lists stage continued as long on the
+    # same episodes without them, 0.482: they did not pay (EXPERIMENTS.md, section 3).
     "requests": dict(induction_steps=0, copy_steps=0, steps=400, lr=7e-4, warmup=50, decision_weight=5.0,
                      max_tokens=3072, eval_every=200, item_lookup_mix=4, new_item_lookup_mix=8, list_lookup_mix=12,
                      request_lookup_mix=4),
