@@ -318,13 +318,19 @@ def episodes_before(cfg: PretrainConfig, step: int) -> int:
     return cfg.copy_batch * min(s, cfg.copy_steps) + cfg.batch * max(0, s - cfg.copy_steps)
 
 
+def _weighted_nll(policy, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sum of weight x NLL over `batch`'s tokens, sum of weights, token log-probs (B, T-1))."""
+    logp, _ = token_logprobs(policy.model, batch)
+    w = batch["old_logp"].to(logp.device)
+    return -(logp * w).sum(), w.sum(), logp
+
+
 def weighted_loss(policy, batch: dict) -> tuple[torch.Tensor, float]:
     """(weighted mean NLL over tokens with weight > 0, mean NLL of the agent tokens)."""
-    logp, _ = token_logprobs(policy.model, batch)
-    w, m = batch["old_logp"].to(logp.device), batch["mask"].to(logp.device)
-    loss = -(logp * w).sum() / w.sum().clamp(min=1e-9)
+    total, weight, logp = _weighted_nll(policy, batch)
+    m = batch["mask"].to(logp.device)
     agent = float(-(logp.detach() * m).sum() / m.sum().clamp(min=1))
-    return loss, agent
+    return total / weight.clamp(min=1e-9), agent
 
 
 def grouped_loss(policy, rows: list[Rollout]) -> torch.Tensor:
@@ -334,13 +340,8 @@ def grouped_loss(policy, rows: list[Rollout]) -> torch.Tensor:
     kinds: dict[str, list[Rollout]] = {}
     for r in rows:
         kinds.setdefault(r.task_id, []).append(r)
-    total, weight = 0.0, 0.0
-    for group in kinds.values():
-        batch = collate(group, policy.pad_id)
-        logp, _ = token_logprobs(policy.model, batch)
-        w = batch["old_logp"].to(logp.device)
-        total, weight = total - (logp * w).sum(), weight + w.sum()
-    return total / torch.as_tensor(weight).clamp(min=1e-9)
+    sums = [_weighted_nll(policy, collate(group, policy.pad_id))[:2] for group in kinds.values()]
+    return sum(t for t, _ in sums) / sum(w for _, w in sums).clamp(min=1e-9)
 
 
 def lr_at(cfg: PretrainConfig, step: int) -> float:
