@@ -59,6 +59,8 @@ class TrainConfig:
     negative_advantage_scale: float = 1.0   # negative advantages times this (0: reinforce only the rollouts
                                             # above their group's mean; `grpo.scale_negative`)
     shuffle_rewards: bool = False      # a control without signal: each group's rewards permuted before the advantages
+    write_credit: float = 0.0          # an unsolved episode trains on this times its write calls' argument match to
+                                       # the gold writes (`write_credit`); 0: tau2's 0/1 reward alone
     # rollouts
     max_turns: int = RolloutConfig.max_turns       # the rollout budgets' one source: RolloutConfig
     max_tokens: int = RolloutConfig.max_tokens
@@ -71,6 +73,10 @@ class TrainConfig:
     traj_window: int = 64
     ckpt_every: int = 5
     threads: int | None = None     # None: machine.choose_threads picks (a core per thread, none busy elsewhere)
+
+    def __post_init__(self):
+        if not 0.0 <= self.write_credit < 1.0:   # below 1: a solved episode ranks above every unsolved one
+            raise ValueError(f"write_credit must be in [0, 1), got {self.write_credit}")
 
     @classmethod
     def from_profile(cls, profile: str, policy_dir: str | None = None, **overrides) -> "TrainConfig":

@@ -60,6 +60,7 @@ from .runstate import resume_state as run_resume_state
 from .rollout import (collate, group_specs, rollout_batch, scores_without_pads,
                       token_logprobs, without_pads)
 from .warmstart import warm_start
+from .write_credit import credited
 
 
 def _step_seed(seed: int, step: int, salt: int = 0) -> int:
@@ -417,7 +418,8 @@ def grpo_step(run: _Run, step: int) -> dict:
     rstats = {}
     rollouts = rollout_batch(run.policy, group_specs(tids, cfg.group_size, tseeds), cfg.rollout_config(), gen, rstats)
     run.window.extend(r.reward for r in rollouts)
-    batch = informative_groups(rollouts, cfg.group_size, cfg.groups_per_step) if cfg.sample_groups else rollouts
+    trained = credited(rollouts, load_source(cfg.source).tasks, cfg.write_credit)   # tau2's reward unless write_credit
+    batch = informative_groups(trained, cfg.group_size, cfg.groups_per_step) if cfg.sample_groups else trained
     tu = time.perf_counter()
     for group in run.opt.param_groups:
         group["lr"] = lr_at(cfg, step)
@@ -431,6 +433,8 @@ def grpo_step(run: _Run, step: int) -> dict:
            "tokens_per_s": (rstats["rollout_forward_tokens"] + upd["update_tokens"]) / step_s,
            "peak_mem_gb": peak_memory_gb(run.device), "elapsed_s": time.perf_counter() - run.t_start,
            "tasks": tids, "group_rewards": [[r.reward for r in g] for g in groups_of(rollouts, cfg.group_size)]}
+    if cfg.write_credit:
+        row["trained_reward_mean"] = float(np.mean([r.reward for r in trained]))
     row["training_score"] = row["reward_mean"]
     return row
 

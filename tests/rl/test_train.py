@@ -348,3 +348,33 @@ def test_the_learning_rate_warms_up_linearly_over_the_first_grpo_steps(tmp_path,
     train(cfg, tmp_path, seed=0, log=lambda m: None)
     assert seen == pytest.approx([5e-4, 1e-3, 1e-3])
     assert train_mod.lr_at(TrainConfig(lr=2e-4, warmup_steps=0), 1) == 2e-4
+
+
+def test_write_credit_reaches_the_advantages_and_the_logged_score_stays_tau2s(tmp_path, monkeypatch):
+    """With write_credit the groups are ranked by the credited reward (here: every unsolved episode
+    made its task's gold write exactly, so it trains on 0.5), while reward_mean stays tau2's 0/1."""
+    from sinkflex_lib.envs.actions import ToolCall
+    from sinkflex_lib.envs.data import load_source
+    from sinkflex_lib.envs.reward import gold_writes
+
+    cfg = TrainConfig.from_profile("smoke", **{**TINY, "bc_episodes": 0, "steps": 1}, write_credit=0.5)
+    tasks, real = load_source(cfg.source).tasks, train_mod.rollout_batch
+
+    def patched(*a, **k):
+        rs = real(*a, **k)
+        for i, r in enumerate(rs):
+            r.reward = float(i % 2)
+            r.write_calls = [ToolCall(g["name"], g["arguments"]) for g in gold_writes(tasks[r.task_id])]
+        return rs
+
+    seen, adv = [], train_mod.group_advantages
+    monkeypatch.setattr(train_mod, "rollout_batch", patched)
+    monkeypatch.setattr(train_mod, "group_advantages", lambda r, *a, **k: seen.append(r.clone()) or adv(r, *a, **k))
+    train(cfg, tmp_path, seed=0, log=lambda m: None)
+    (row,) = [r for r in read_metrics(tmp_path) if r["kind"] == "train"]
+    want = [[1.0 if x else (0.5 if gold_writes(tasks[t]) else 0.0) for x in g]
+            for t, g in zip(row["tasks"], row["group_rewards"])]
+    assert row["reward_mean"] == 0.5 and row["group_rewards"] == [[0.0, 1.0]] * 2
+    assert row["trained_reward_mean"] == pytest.approx(np.mean(want))
+    assert any(0.5 in g for g in want)   # a write task was drawn, so the credit shows
+    assert seen and sorted(seen[0].tolist()) == sorted(x for g in want for x in g)

@@ -21,6 +21,7 @@
 | (KL not weighted by the ratio)  | `use_bias_correction_kl` = False     | TRL 1.16's default True multiplies the k3 term by pi/pi_old |
 | `sample_groups` (dynamic sampling) | (none)                            | refused; `trl_profile` turns it off |
 | `negative_advantage_scale` != 1, `shuffle_rewards` | (none)              | refused: TRL's advantages are the plain group-relative ones |
+| `write_credit` > 0              | (none)                              | refused: the rollout function returns tau2's reward |
 
 Token-mean in TRL: "bnpo" divides each micro-batch's token sum by its own token count, which is
 our per-minibatch token-mean exactly in one process; with P processes DDP averages the P local
@@ -94,6 +95,9 @@ def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int 
     if cfg.sample_groups:
         raise ValueError(f"sample_groups={cfg.sample_groups} (dynamic sampling) has no GRPOTrainer "
                          "equivalent: set sample_groups=None for TRL")
+    if cfg.write_credit:
+        raise ValueError("write_credit (partial credit for write calls) has no GRPOTrainer equivalent here: "
+                         "the rollout function returns tau2's reward")
     if cfg.negative_advantage_scale != 1 or cfg.shuffle_rewards:
         raise ValueError("negative_advantage_scale != 1 and shuffle_rewards (the control without signal) have no "
                          "GRPOTrainer equivalent: TRL computes plain group-relative advantages")
