@@ -1,5 +1,7 @@
-"""Every GRPO arm from the shipped stage-6 base that was scored on all 110 tasks of eval-world:0, beside
-its shuffled-reward control: writes arms_table.md from the *_110_tasks.json files in this folder.
+"""Every GRPO arm from the shipped stage-6 base, or from a policy pretrained further from it (the S7, L9
+and R10 rows, each started by its no-update row), that was scored on all 110 tasks of eval-world:0,
+beside its shuffled-reward control where one ran: writes arms_table.md from the *_110_tasks.json
+files in this folder.
 
 python figures/grpo_stage6_base/arms_table.py   (reads and writes this folder only; no training)
 
@@ -7,7 +9,8 @@ Each JSON is what the arm's scratch script wrote after its last step (the traine
 with val_tasks=110: the `cpu` profile's budgets, 12 turns). The rows of the shipped base and of S7 (the
 supervised comparison's seed-7 policy, where the S7 rows start) are the evaluate command's output
 with the same budgets (pass_at_k_base.json, pass_at_k_supervised_seed7.json; its greedy rewards equal
-the trainer's validation, task by task). How each arm ran: README.md in this folder.
+the trainer's validation, task by task), as are L9's and R10's (lists9_step400_eval_110.json,
+requests10_step400_eval_110.json). How each arm ran: README.md in this folder.
 """
 import json
 import statistics
@@ -45,9 +48,28 @@ ARMS = [
      "pass_at_k_supervised_seed7", None),
     ("S7-P0 seed 0", "P0 from S7 instead of the base", "05e9ee1", "arm_S7P0_seed0_step30", "control_S7P0_seed0_step30"),
     ("S7-P0 seed 1", "the same, seed 1", "05e9ee1", "arm_S7P0_seed1_step30", "control_S7P0_seed1_step30"),
+    ("L9", "no update: the lists stage's step 400 (list look-ups, then the `lists` pretraining profile, seed 9)",
+     "065618d", "lists9_step400_eval_110", None),
+    ("L9-P0 seed 0", "P0 from L9", "065618d", "arm_L9P0_seed0_step30", None),
+    ("L9-P0 seed 1", "the same, seed 1", "065618d", "arm_L9P0_seed1_step30", None),
+    ("L9-P0 seed 2", "the same, seed 2", "065618d", "arm_L9P0_seed2_step30", None),
+    ("R10", "no update: the requests stage's step 400 (the `requests` profile from L9, seed 10)", "135ab90",
+     "requests10_step400_eval_110", None),
+    ("R10-P0 seed 0", "P0 from R10", "135ab90", "arm_R10P0_seed0_step30", None),
+    ("R10-P0 seed 1", "the same, seed 1", "135ab90", "arm_R10P0_seed1_step30", None),
+    ("R10-P0 seed 2", "the same, seed 2", "135ab90", "arm_R10P0_seed2_step30", None),
+    ("W5-P0 seed 0", "P0, and an unsolved episode trains on half its write calls' argument match to the gold "
+     "writes (write_credit=0.5)", "e900087", "arm_W5P0_seed0_step30", None),
+    ("W5-P0 seed 1", "the same, seed 1", "e900087", "arm_W5P0_seed1_step30", None),
+    ("W5-P0 seed 2", "the same, seed 2", "e900087", "arm_W5P0_seed2_step30", None),
+    ("W5 seed 0", "write_credit=0.5 alone (negative advantages kept)", "e900087", "arm_W5_seed0_step30", None),
+    ("W5 seed 1", "the same, seed 1", "e900087", "arm_W5_seed1_step30", None),
+    ("W5 seed 2", "the same, seed 2", "e900087", "arm_W5_seed2_step30", None),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
-               "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"]}
+               "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
+               "L9-P0": [f"L9-P0 seed {s}" for s in range(3)], "R10-P0": [f"R10-P0 seed {s}" for s in range(3)],
+               "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)]}
 
 
 def scores(stem: str | None) -> tuple[float, float] | None:

@@ -28,7 +28,8 @@ HERE, SOURCE = Path(__file__).parent, "eval-world:0"
 POLICIES = [("base", "the shipped base"), ("grpo_tiny", "GRPO, the cpu profile (grpo-tiny)"),
             ("P0_seed2", "P0 seed 2 (only successes reinforced), from the training world"),
             ("W225P0_seed0", "P0 seed 0 on the other 225 tasks of this world, 90 steps"),
-            ("T110P0_trained_on_these", "not held out: P0 trained on these 110 tasks, 90 steps")]
+            ("T110P0_trained_on_these", "not held out: P0 trained on these 110 tasks, 90 steps"),
+            *((f"W5P0_seed{s}", f"P0 with write credit 0.5, seed {s}, from the training world") for s in range(3))]
 
 
 def play(stem: str, policy: str) -> None:

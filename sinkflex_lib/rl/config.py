@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .rollout import RolloutConfig
+from .write_credit import check_credit
 
 
 @dataclass
@@ -75,8 +76,7 @@ class TrainConfig:
     threads: int | None = None     # None: machine.choose_threads picks (a core per thread, none busy elsewhere)
 
     def __post_init__(self):
-        if not 0.0 <= self.write_credit < 1.0:   # below 1: a solved episode ranks above every unsolved one
-            raise ValueError(f"write_credit must be in [0, 1), got {self.write_credit}")
+        check_credit(self.write_credit)
 
     @classmethod
     def from_profile(cls, profile: str, policy_dir: str | None = None, **overrides) -> "TrainConfig":

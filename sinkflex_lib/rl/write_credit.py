@@ -39,11 +39,16 @@ def write_match(write_calls: list[ToolCall], task: dict) -> float:
     return sum(best) / len(best)
 
 
+def check_credit(credit: float) -> None:
+    """ValueError unless 0 <= `credit` < 1 (below 1: a solved episode ranks above every unsolved one)."""
+    if not 0.0 <= credit < 1.0:
+        raise ValueError(f"write_credit must be in [0, 1) so that a solved episode ranks first, got {credit}")
+
+
 def credited(rollouts: list, tasks: dict, credit: float) -> list:
     """Copies of `rollouts` whose `reward` is the training reward r' above (`tasks`: task id ->
     task of the rollouts' source). credit = 0 returns the rollouts themselves."""
-    if not 0.0 <= credit < 1.0:
-        raise ValueError(f"write_credit must be in [0, 1) so that a solved episode ranks first, got {credit}")
+    check_credit(credit)
     if credit == 0.0:
         return rollouts
     return [r if r.reward >= 1.0 else dataclasses.replace(r, reward=credit * write_match(r.write_calls, tasks[r.task_id]))
