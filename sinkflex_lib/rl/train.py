@@ -418,7 +418,7 @@ def grpo_step(run: _Run, step: int) -> dict:
     rstats = {}
     rollouts = rollout_batch(run.policy, group_specs(tids, cfg.group_size, tseeds), cfg.rollout_config(), gen, rstats)
     run.window.extend(r.reward for r in rollouts)
-    trained = credited(rollouts, load_source(cfg.source).tasks, cfg.write_credit)   # tau2's reward unless write_credit
+    trained = credited(rollouts, load_source(cfg.source).tasks, cfg.write_credit) if cfg.write_credit else rollouts
     batch = informative_groups(trained, cfg.group_size, cfg.groups_per_step) if cfg.sample_groups else trained
     tu = time.perf_counter()
     for group in run.opt.param_groups:
