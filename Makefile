@@ -3,6 +3,7 @@
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
 #   make pretrain                            regenerate data/checkpoints/base-tiny (six stages, hours on 2 cores; resumable)
+#   make pretrain-lists                      the lists recipe from the shipped base (three runs, ~65 min on 2 cores; not shipped)
 #   make grpo-seeds [PROFILE=...]            GRPO from the base with seeds 0 1 2, mean and spread (resumable)
 #   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3
@@ -15,7 +16,7 @@ PRETRAIN_DIR ?= $(HOME)/sinkflex_runs/pretrain-base-tiny
 PRETRAIN_THREADS ?= 2
 SEEDS_DIR ?= $(HOME)/sinkflex_runs/grpo-seeds-$(PROFILE)
 
-.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 pretrain-stage3 pretrain-stage4 pretrain-stage5 pretrain-stage6 grpo-seeds lab venv clean-venv
+.PHONY: reproduce test gpu-check pretrain pretrain-stage1 pretrain-stage2 pretrain-stage3 pretrain-stage4 pretrain-stage5 pretrain-stage6 pretrain-lists grpo-seeds lab venv clean-venv
 
 venv: $(STAMP)
 
@@ -69,6 +70,18 @@ pretrain-stage5: $(STAMP)
 
 pretrain-stage6: $(STAMP)
 	$(call later_stage,variants,5)
+
+# The lists recipe (not shipped; figures/grpo_stage6_base/README.md): list look-ups alone from the shipped
+# base, then the `lists` profile twice, with seeds LISTS_SEED, +1 and +2, in $(LISTS_DIR)/{lookups,lists1,lists2}
+# (each resumes where it stopped). The runs first measured (L9, L10) used seeds 9 and 10 after list_probe.py.
+LISTS_DIR ?= $(HOME)/sinkflex_runs/lists-recipe
+LISTS_SEED ?= 11
+lists_stage = $(PY) -m sinkflex_lib.rl.pretrain --profile $(1) --seed $(2) --init $(3) --out $(LISTS_DIR)/$(4) \
+	--threads $(PRETRAIN_THREADS) $(if $(wildcard $(LISTS_DIR)/$(4)/checkpoint/state.json),--resume,)
+pretrain-lists: $(STAMP)
+	$(call lists_stage,list-lookups,$(LISTS_SEED),$(BASE),lookups)
+	$(call lists_stage,lists,$(shell echo $$(($(LISTS_SEED) + 1))),$(LISTS_DIR)/lookups,lists1)
+	$(call lists_stage,lists,$(shell echo $$(($(LISTS_SEED) + 2))),$(LISTS_DIR)/lists1,lists2)
 
 # One GRPO run per seed in $(SEEDS_DIR)/seed_<S>, then $(SEEDS_DIR)/seeds.json (sinkflex_lib.rl.seeds).
 grpo-seeds: $(STAMP)

@@ -12,8 +12,8 @@ under which an id, a name or an e-mail is the same token sequence wherever it ap
 Schedule, four phases (a phase of 0 steps is skipped). `induction_steps` of the induction task (a
 random token string, a gap, then the same string again; loss on the repeat,
 :meth:`EpisodeStream.induction`): matching content, not a fixed offset, is what copies an id. Then
-`lookup_steps` of flat key -> value look-ups (:mod:`.lookups`: a digit-only id is found by its key,
-not by the token before it); after them every step may add `lookup_mix` look-ups in the current
+`lookup_steps` of look-ups alone: flat key -> value look-ups (:mod:`.lookups`: a digit-only id is found by its key,
+not by the token before it), or with `lookup_kind` "list" list look-ups in the training worlds; after them every step may add `lookup_mix` look-ups in the current
 training world's own tool results, `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
 an item stated as a confirmation request states it) and `new_item_lookup_mix` new-item look-ups
 (:func:`.lookups.new_item_lookup`: the variant an exchange asks for), `call_lookup_mix` write
@@ -77,6 +77,9 @@ from .runstate import (ResumeError, append_metrics, load_checkpoint, read_checkp
                        rewrite_metrics, save_checkpoint)
 
 
+LOOKUP_KINDS = ("flat", "list")    # what the look-up phase trains on (`PretrainConfig.lookup_kind`)
+
+
 @dataclass
 class PretrainConfig:
     policy: str = "tiny"
@@ -88,7 +91,9 @@ class PretrainConfig:
     induction_gap: int = 16
     induction_alphabets: tuple = (0,)   # symbols a string draws from, example by example (0: the vocabulary)
     induction_mix: int = 16          # induction examples added to every later step (keeps the circuit)
-    lookup_steps: int = 0            # phase 1b: flat key -> value look-ups (:func:`.lookups.flat_lookup`)
+    lookup_steps: int = 0            # phase 1b: look-ups alone, of the kind `lookup_kind` names
+    lookup_kind: str = "flat"        # "flat": key -> value records (:func:`.lookups.flat_lookup`); "list":
+                                     # requests of 2-3 items and their calls in the training worlds (:func:`.lookups.list_lookup`)
     lookup_batch: int = 32
     lookup_mix: int = 0              # look-ups in training-world tool results added to every later step
     item_lookup_mix: int = 0         # item look-ups as a request states them (:func:`.lookups.item_lookup`), same
@@ -117,6 +122,10 @@ class PretrainConfig:
     copy_eval_tasks: int = 33        # oracle episodes scored for copy accuracy
     ckpt_every: int = 50
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+
+    def __post_init__(self):
+        if self.lookup_kind not in LOOKUP_KINDS:
+            raise ValueError(f"lookup_kind must be one of {LOOKUP_KINDS}, got {self.lookup_kind!r}")
 
 
 PROFILES = {
@@ -177,11 +186,18 @@ PROFILES = {
     "calls": dict(induction_steps=0, copy_steps=0, steps=500, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, eval_every=250, lookup_mix=2, item_lookup_mix=2, new_item_lookup_mix=4,
                   call_lookup_mix=8),
+    # list look-ups alone (not shipped; ``--init`` the shipped base): the step from one id of a
+    # call's list to the next, as ``figures/grpo_stage6_base/list_probe.py OUT 200`` first taught it
+    # (batch 32, lr 1e-3 constant, no induction rows). That probe's AdamW kept torch's default betas
+    # (0.9, 0.999); a run of this profile has the pretraining's (0.9, 0.95).
+    "list-lookups": dict(induction_steps=0, induction_mix=0, lookup_steps=200, lookup_kind="list", lookup_batch=32,
+                         copy_steps=0, steps=200, lr=1e-3, warmup=1, min_lr_frac=1.0, max_tokens=3072,
+                         eval_every=200),
     # an eighth stage (not shipped): the variants stage with 12 list look-ups a step
     # (:func:`.lookups.list_lookup`: a request of 2-3 items, "yes", the write call; ~150 tokens),
     # ``--init`` a policy that has first learned the step from one id of a call's list to the next
-    # from list look-ups alone (``figures/grpo_stage6_base/list_probe.py OUT 200``, from the
-    # shipped base). No policy from the shipped base got the first token of a call list's later id
+    # from list look-ups alone (the run of `list-lookups` or, as first measured,
+    # ``figures/grpo_stage6_base/list_probe.py OUT 200``, both from the shipped base). No policy from the shipped base got the first token of a call list's later id
     # right in the oracle's episodes (0 of 25 teacher-forced, `figures/grpo_stage6_base/item_lists.md`). Mixed in from
     # the shipped base, 200 steps left it so (0 of 25; 3 of 142 in held-out list look-ups); after
     # the look-ups alone (12 of 25; 139 of 142, the requests' ids mostly lost) 400 steps of this
@@ -224,6 +240,7 @@ class EpisodeStream:
     def __init__(self, policy, cfg: PretrainConfig, seed: int):
         self.policy, self.cfg, self.seed = policy, cfg, seed
         self._env: tuple[int, RetailEnv, list[str]] | None = None
+        self._lists: tuple[int, object] | None = None     # (k, training world k's data) of the list look-ups
 
     def _world(self, k: int) -> tuple[RetailEnv, list[str]]:
         if self._env is None or self._env[0] != k:
@@ -268,11 +285,22 @@ class EpisodeStream:
         if phase == "induction":
             return [self.induction(step, i) for i in range(c.induction_batch)], phase
         if phase == "lookup":
-            return [flat_lookup(self.policy.tokenizer, self._seed(step, i), c.value_weight)
-                    for i in range(c.lookup_batch)], phase
+            return self.lookups(step), phase
         first = episodes_before(c, step)
         n = c.copy_batch if phase == "copy" else c.batch
         return [self.example(first + i, phase == "copy") for i in range(n)], phase
+
+    def lookups(self, step: int) -> list[Rollout]:
+        """The `lookup_batch` look-ups of step `step` of the look-up phase: flat records, or list
+        look-ups in training world k of the run, the phase's first `episodes_per_world` examples
+        from world 0, the next from world 1, and so on (a step's examples share its first one's world)."""
+        c, tok = self.cfg, self.policy.tokenizer
+        if c.lookup_kind == "flat":
+            return [flat_lookup(tok, self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
+        k = (step - c.induction_steps) * c.lookup_batch // c.episodes_per_world
+        if self._lists is None or self._lists[0] != k:
+            self._lists = (k, load_source(train_world(self.seed, k)))
+        return [list_lookup(tok, self._lists[1], self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
 
     def mixed_induction(self, step: int) -> list[Rollout]:
         """The `induction_mix` induction examples added to step `step` after the induction phase

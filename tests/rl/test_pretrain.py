@@ -291,6 +291,29 @@ def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro
     assert [r.ids for r in six[:-1]] == [r.ids for r in five]
 
 
+def test_the_list_lookup_stage_trains_list_lookups_alone_in_a_new_world_every_episodes_per_world(micro_policy):
+    from sinkflex_lib.envs import load_source
+    from sinkflex_lib.rl.lookups import list_lookup
+
+    cfg = pt.PretrainConfig(**pt.PROFILES["list-lookups"])
+    assert [pt.phase_of(cfg, s) for s in range(cfg.steps)] == ["lookup"] * cfg.steps
+    assert pt.lr_at(cfg, 0) == pt.lr_at(cfg, cfg.steps - 1) == cfg.lr              # constant, as the probe's
+    small = dataclasses.replace(SMOKE, induction_steps=0, lookup_steps=3, lookup_kind="list", lookup_batch=2,
+                                episodes_per_world=4)
+    stream = pt.EpisodeStream(micro_policy, small, 3)
+    assert stream.mixed_induction(0) != [] and pt.EpisodeStream(
+        micro_policy, dataclasses.replace(small, induction_mix=0), 3).mixed_induction(0) == []
+    for step, world in ((0, 0), (1, 0), (2, 1)):        # 2 examples a step, 4 a world
+        batch, phase = stream.batch(step)
+        data = load_source(pt.train_world(3, world))
+        expected = [list_lookup(micro_policy.tokenizer, data, stream._seed(step, i), small.value_weight)
+                    for i in range(2)]
+        assert phase == "lookup" and [r.ids for r in batch] == [r.ids for r in expected]
+        assert [r.mask for r in batch] == [r.mask for r in expected] and batch[0].task_id == "list-lookup"
+    with pytest.raises(ValueError, match="lookup_kind"):
+        pt.PretrainConfig(lookup_kind="lists")
+
+
 def test_grouped_loss_is_the_one_batch_loss_without_padding_short_rows_to_long_ones(micro_policy):
     from sinkflex_lib.rl.lookups import flat_lookup, list_lookup, request_lookup
     from sinkflex_lib.rl.rollout import collate
