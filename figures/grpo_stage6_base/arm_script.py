@@ -6,7 +6,10 @@ from sinkflex_lib.rl.config import TrainConfig
 from sinkflex_lib.rl import train as T
 name, steps = sys.argv[1], int(sys.argv[2])
 over = {k: ast.literal_eval(v) for k, v in (a.split("=", 1) for a in sys.argv[3:])}
-torch.set_num_threads(over.pop("threads_", 1))
+threads = over.pop("threads_", 1)
+torch.set_num_threads(threads)
+over.setdefault("threads", threads)   # since 2026-12-05, session 34: the trainer keeps it (earlier runs left
+                                      # threads=None, whose pick could switch a step or two to 2 threads)
 neg = over.pop("neg_", None)
 seed = over.pop("seed_", 0)
 if neg is not None:   # negative advantages scaled by `neg` (0: reinforce successes only); the runs at eec836e

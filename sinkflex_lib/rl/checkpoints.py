@@ -6,13 +6,20 @@ commit, seed, data, tokens seen, wall time and device of the run that made it, i
 and two fingerprints, of the tokenizer and of the model shape it was trained with.
 :func:`check_checkpoint` compares those with the current code, so a changed tokenizer or
 preset cannot silently pair with stale weights.
+
+A GRPO run's folder keeps its weights in ``checkpoint/`` (:mod:`.runstate`); :func:`policy_from_run`
+turns them into a policy directory that ``evaluate --policy`` and ``build_policy`` load:
+
+    python -m sinkflex_lib.rl.checkpoints RUN DEST
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from ..paths import TOKENIZER_DIR
@@ -71,3 +78,56 @@ def check_checkpoint(folder: str | Path, tokenizer_dir: str | Path = TOKENIZER_D
     elif {k: config.get(k) for k in policy_shape(preset)} != policy_shape(preset):
         problems.append(f"the model shape of {folder} differs from the {preset!r} preset")
     return problems
+
+
+def policy_from_run(run_dir: str | Path, dest: str | Path) -> Path:
+    """The weights of GRPO run `run_dir`'s checkpoint as a policy directory `dest`: the policy its
+    TrainConfig names (preset or directory, overrides, chat format), the checkpoint's weights
+    loaded into it (LoRA merged), saved with its tokenizer and ``exported_from.json`` (run, step)."""
+    from safetensors.torch import load_file
+
+    from .config import TrainConfig
+    from .policy import build_policy
+    from .runstate import ResumeError, read_checkpoint_state
+
+    ckpt = Path(run_dir) / "checkpoint"
+    try:
+        state = read_checkpoint_state(ckpt)
+    except ResumeError:
+        raise FileNotFoundError(f"{run_dir} holds no GRPO checkpoint (checkpoint/state.json)") from None
+    c = state.get("config")
+    if not isinstance(c, dict) or "policy" not in c:
+        raise ValueError(f"{run_dir} is not a GRPO run: its checkpoint records no TrainConfig "
+                         "(a pretraining run keeps its policies as step_<N>/)")
+    cfg = TrainConfig(**{k: v for k, v in c.items() if k in TrainConfig.__dataclass_fields__})
+    policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, lora=cfg.lora,
+                          format=cfg.chat_format, reasoning_effort=cfg.reasoning_effort, **cfg.policy_overrides)
+    if policy.tokenizer is None:
+        raise ValueError(f"{run_dir} trained a Harmony preset, which has no tokenizer to save with its weights")
+    policy.model.load_state_dict(load_file(str(ckpt / "model.safetensors")))
+    model = policy.model.merge_and_unload() if cfg.lora else policy.model
+    dest = Path(dest)
+    model.save_pretrained(dest)
+    policy.tokenizer.save_pretrained(dest)
+    (dest / "exported_from.json").write_text(json.dumps({"run": str(run_dir), "step": state["step"],
+                                                        "policy": cfg.policy}, indent=1) + "\n")
+    return dest
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sinkflex_lib.rl.checkpoints",
+                                 description="a GRPO run's checkpoint as a policy directory")
+    ap.add_argument("run", help="a GRPO run folder (python -m sinkflex_lib.rl.train --out RUN)")
+    ap.add_argument("dest", help="the policy directory to write")
+    args = ap.parse_args(argv)
+    try:
+        dest = policy_from_run(args.run, args.dest)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {dest} (step {json.loads((dest / 'exported_from.json').read_text())['step']} of {args.run})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from sinkflex_lib.rl import checkpoints as ck
@@ -49,3 +50,31 @@ def test_shipped_checkpoints_fit_the_current_code():
             assert key in manifest, (folder, key)
         policy = build_policy(folder.name)
         assert policy.model.config.vocab_size == len(policy.tokenizer)
+
+
+@pytest.mark.parametrize("lora", [None, 4])
+def test_a_grpo_runs_checkpoint_becomes_a_policy_with_its_weights(tmp_path, lora):
+    from sinkflex_lib.rl.config import TrainConfig
+    from sinkflex_lib.rl.train import train
+
+    cfg = TrainConfig.from_profile("smoke", bc_episodes=2, bc_epochs=1, steps=1, groups_per_step=1, group_size=2,
+                                   minibatch_size=2, max_turns=2, max_tokens=400, max_new_tokens=8, val_tasks=1,
+                                   lora=lora, lr=1e-2)
+    trained = train(cfg, tmp_path / "run", seed=0, log=lambda m: None).policy
+    assert ck.main([str(tmp_path / "run"), str(tmp_path / "policy")]) == 0
+    loaded, fresh = build_policy(str(tmp_path / "policy")), build_policy(cfg.policy, seed=0)
+    x = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        want = trained.model(input_ids=x).logits
+        assert torch.allclose(loaded.model(input_ids=x).logits, want, atol=1e-5)
+        assert not torch.allclose(fresh.model(input_ids=x).logits, want, atol=1e-3)    # training moved it
+    assert json.loads((tmp_path / "policy" / "exported_from.json").read_text())["step"] == 1
+
+
+def test_policy_from_run_refuses_a_folder_without_a_grpo_checkpoint(tmp_path, capsys):
+    assert ck.main([str(tmp_path), str(tmp_path / "out")]) == 2
+    assert "holds no GRPO checkpoint" in capsys.readouterr().err
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "state.json").write_text('{"step": 3}')     # a pretraining run's
+    with pytest.raises(ValueError, match="not a GRPO run"):
+        ck.policy_from_run(tmp_path, tmp_path / "out")
