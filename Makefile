@@ -3,7 +3,7 @@
 #   make test                                pytest + nbval (smoke profile)
 #   make gpu-check                           every CUDA check, on a CUDA machine
 #   make pretrain                            regenerate data/checkpoints/base-tiny (six stages, hours on 2 cores; resumable)
-#   make pretrain-lists                      the lists recipe from the shipped base (three runs, ~65 min on 2 cores; not shipped)
+#   make pretrain-lists                      the lists recipe from the shipped base (three runs, ~70 min on 2 cores; not shipped)
 #   make grpo-seeds [PROFILE=...]            GRPO from the base with seeds 0 1 2, mean and spread (resumable)
 #   make lab                                 JupyterLab on notebooks/, with the project's venv as its kernel
 PYTHON ?= python3

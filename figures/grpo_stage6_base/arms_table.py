@@ -1,5 +1,5 @@
 """Every GRPO arm from the shipped stage-6 base, or from a policy pretrained further from it (the S7, L9,
-R10 and L10 rows, each started by its no-update row), that was scored on all 110 tasks of eval-world:0,
+R10, L10 and L13 rows, each started by its no-update row), that was scored on all 110 tasks of eval-world:0,
 beside its shuffled-reward control where one ran: writes arms_table.md from the *_110_tasks.json
 files in this folder.
 
@@ -10,7 +10,8 @@ with val_tasks=110: the `cpu` profile's budgets, 12 turns). The rows of the ship
 supervised comparison's seed-7 policy, where the S7 rows start) are the evaluate command's output
 with the same budgets (pass_at_k_base.json, pass_at_k_supervised_seed7.json; its greedy rewards equal
 the trainer's validation, task by task), as are L9's, R10's and L10's (lists9_step400_eval_110.json,
-requests10_step400_eval_110.json, lists10_step400_eval_110.json). How each arm ran: README.md in this folder.
+requests10_step400_eval_110.json, lists10_step400_eval_110.json, lists13_step400_eval_110.json).
+How each arm ran: README.md in this folder.
 """
 import json
 import statistics
@@ -63,6 +64,11 @@ ARMS = [
     ("L10-P0 seed 0", "P0 from L10", "6e7bfd6", "arm_L10P0_seed0_step30", None),
     ("L10-P0 seed 1", "the same, seed 1", "6e7bfd6", "arm_L10P0_seed1_step30", None),
     ("L10-P0 seed 2", "the same, seed 2", "6e7bfd6", "arm_L10P0_seed2_step30", None),
+    ("L13", "no update: `make pretrain-lists` (list look-ups, then the `lists` profile twice; seeds 11, 12, 13), "
+     "L10's recipe again", "6ba5f7d", "lists13_step400_eval_110", None),
+    ("L13-P0 seed 0", "P0 from L13", "b744e12", "arm_L13P0_seed0_step30", None),
+    ("L13-P0 seed 1", "the same, seed 1", "b744e12", "arm_L13P0_seed1_step30", None),
+    ("L13-P0 seed 2", "the same, seed 2", "b744e12", "arm_L13P0_seed2_step30", None),
     ("W5-P0 seed 0", "P0, and an unsolved episode trains on half its write calls' argument match to the gold "
      "writes (write_credit=0.5)", "e900087", "arm_W5P0_seed0_step30", None),
     ("W5-P0 seed 1", "the same, seed 1", "e900087", "arm_W5P0_seed1_step30", None),
@@ -74,7 +80,7 @@ ARMS = [
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
                "L9-P0": [f"L9-P0 seed {s}" for s in range(3)], "R10-P0": [f"R10-P0 seed {s}" for s in range(3)],
-               "L10-P0": [f"L10-P0 seed {s}" for s in range(3)],
+               "L10-P0": [f"L10-P0 seed {s}" for s in range(3)], "L13-P0": [f"L13-P0 seed {s}" for s in range(3)],
                "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)]}
 
 

@@ -29,7 +29,9 @@ POLICIES = [("base", "the shipped base"), ("grpo_tiny", "GRPO, the cpu profile (
             ("P0_seed2", "P0 seed 2 (only successes reinforced), from the training world"),
             ("W225P0_seed0", "P0 seed 0 on the other 225 tasks of this world, 90 steps"),
             ("T110P0_trained_on_these", "not held out: P0 trained on these 110 tasks, 90 steps"),
-            *((f"W5P0_seed{s}", f"P0 with write credit 0.5, seed {s}, from the training world") for s in range(3))]
+            *((f"W5P0_seed{s}", f"P0 with write credit 0.5, seed {s}, from the training world") for s in range(3)),
+            ("L13", "L13: make pretrain-lists (list look-ups, then the lists stage twice; seeds 11, 12, 13)"),
+            *((f"L13P0_seed{s}", f"P0 from L13, seed {s}, from the training world") for s in range(3))]
 
 
 def play(stem: str, policy: str) -> None:

@@ -8,8 +8,8 @@ request of 1-3 items of an order, then the confirmation request that states them
 are scored the same way in 64 of eval-world:7: list_probe_requests.md.
 
 python figures/grpo_stage6_base/list_probe.py OUT [STEPS=200] [REQUESTS=0]   (one thread; ~8 minutes quiet at 0)
-python figures/grpo_stage6_base/list_probe.py --score LABEL=POLICY ...   (the same scores of other policies
-                                                                        -> list_probe_scores.md; seconds each)
+python figures/grpo_stage6_base/list_probe.py --score [--out NAME.md] LABEL=POLICY ...   (the same scores of other
+                                                  policies -> list_probe_scores.md or NAME.md here; seconds each)
 """
 import shutil
 import sys
@@ -72,7 +72,7 @@ def scores(policy, held, requests: int) -> dict[str, int]:
     return {**columns(score(policy, held), "lists, "), **columns(score(policy, held, request_lookup), "requests, ")}
 
 
-def score_policies(pairs: list[str]) -> None:
+def score_policies(pairs: list[str], out: str = "list_probe_scores.md") -> None:
     held, rows = load_source(HELD_OUT), []
     for label, path in (a.split("=", 1) for a in pairs):
         s = score(build_policy(path), held)
@@ -80,7 +80,7 @@ def score_policies(pairs: list[str]) -> None:
         print(rows[-1], flush=True)
     text = (f"# List look-ups of {HELD_OUT}, scored as in `list_probe.md` (`list_probe.py --score`)\n\n"
             f"Item ids of the write call in {N_HELD} list look-ups, teacher-forced.\n\n" + markdown_table(rows))
-    (Path(__file__).parent / "list_probe_scores.md").write_text(text)
+    (Path(__file__).parent / out).write_text(text)
 
 
 def step_loss(policy, world, step: int, requests: int) -> torch.Tensor:
@@ -136,7 +136,9 @@ def main() -> None:
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     torch.set_num_threads(1)
-    if sys.argv[1] == "--score":
+    if sys.argv[1] == "--score" and sys.argv[2:3] == ["--out"]:
+        score_policies(sys.argv[4:], sys.argv[3])
+    elif sys.argv[1] == "--score":
         score_policies(sys.argv[2:])
     else:
         train_alone(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:4]))

@@ -29,6 +29,7 @@ POLICIES = [("base", "the shipped base"), ("grpo_tiny", "GRPO, the cpu profile (
             ("lists9_step400", "list look-ups, then the lists stage (seed 9, not shipped)"),
             ("requests10_step400", "then the requests stage (seed 10, not shipped)"),
             ("lists10_step400", "instead the lists stage continued (seed 10, the requests stage's control, not shipped)"),
+            ("lists13_step400", "the same recipe, other seeds: make pretrain-lists (seeds 11, 12, 13; L13, not shipped)"),
             ("T110P0_trained_on_these", "not held out: P0 trained on these 110 tasks, 90 steps"),
             ("T110_trained_on_these", "not held out: the cpu profile trained on these 110 tasks, 90 steps")]
 
