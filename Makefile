@@ -72,16 +72,16 @@ pretrain-stage6: $(STAMP)
 	$(call later_stage,variants,5)
 
 # The lists recipe (not shipped; figures/grpo_stage6_base/README.md): list look-ups alone from the shipped
-# base, then the `lists` profile twice, with seeds LISTS_SEED, +1 and +2, in $(LISTS_DIR)/{lookups,lists1,lists2}
+# base, then the `lists` profile twice, one seed of LISTS_SEEDS each, in $(LISTS_DIR)/{lookups,lists1,lists2}
 # (each resumes where it stopped). The runs first measured (L9, L10) used seeds 9 and 10 after list_probe.py.
 LISTS_DIR ?= $(HOME)/sinkflex_runs/lists-recipe
-LISTS_SEED ?= 11
+LISTS_SEEDS ?= 11 12 13
 lists_stage = $(PY) -m sinkflex_lib.rl.pretrain --profile $(1) --seed $(2) --init $(3) --out $(LISTS_DIR)/$(4) \
 	--threads $(PRETRAIN_THREADS) $(if $(wildcard $(LISTS_DIR)/$(4)/checkpoint/state.json),--resume,)
 pretrain-lists: $(STAMP)
-	$(call lists_stage,list-lookups,$(LISTS_SEED),$(BASE),lookups)
-	$(call lists_stage,lists,$(shell echo $$(($(LISTS_SEED) + 1))),$(LISTS_DIR)/lookups,lists1)
-	$(call lists_stage,lists,$(shell echo $$(($(LISTS_SEED) + 2))),$(LISTS_DIR)/lists1,lists2)
+	$(call lists_stage,list-lookups,$(word 1,$(LISTS_SEEDS)),$(BASE),lookups)
+	$(call lists_stage,lists,$(word 2,$(LISTS_SEEDS)),$(LISTS_DIR)/lookups,lists1)
+	$(call lists_stage,lists,$(word 3,$(LISTS_SEEDS)),$(LISTS_DIR)/lists1,lists2)
 
 # One GRPO run per seed in $(SEEDS_DIR)/seed_<S>, then $(SEEDS_DIR)/seeds.json (sinkflex_lib.rl.seeds).
 grpo-seeds: $(STAMP)

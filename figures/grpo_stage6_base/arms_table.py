@@ -9,7 +9,7 @@ Each JSON is what the arm's scratch script wrote after its last step (the traine
 with val_tasks=110: the `cpu` profile's budgets, 12 turns). The rows of the shipped base and of S7 (the
 supervised comparison's seed-7 policy, where the S7 rows start) are the evaluate command's output
 with the same budgets (pass_at_k_base.json, pass_at_k_supervised_seed7.json; its greedy rewards equal
-the trainer's validation, task by task), as are L9's, R10's and L10's (lists9_step400_eval_110.json,
+the trainer's validation, task by task), as are L9's, R10's, L10's and L13's (lists9_step400_eval_110.json,
 requests10_step400_eval_110.json, lists10_step400_eval_110.json, lists13_step400_eval_110.json).
 How each arm ran: README.md in this folder.
 """

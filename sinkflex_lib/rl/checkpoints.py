@@ -82,13 +82,13 @@ def check_checkpoint(folder: str | Path, tokenizer_dir: str | Path = TOKENIZER_D
 
 def policy_from_run(run_dir: str | Path, dest: str | Path) -> Path:
     """The weights of GRPO run `run_dir`'s checkpoint as a policy directory `dest`: the policy its
-    TrainConfig names (preset or directory, overrides, chat format), the checkpoint's weights
-    loaded into it (LoRA merged), saved with its tokenizer and ``exported_from.json`` (run, step)."""
+    TrainConfig trains (`train.policy_of`), the checkpoint's weights loaded into it (LoRA merged),
+    saved with its tokenizer and ``exported_from.json`` (run, step)."""
     from safetensors.torch import load_file
 
     from .config import TrainConfig
-    from .policy import build_policy
     from .runstate import ResumeError, read_checkpoint_state
+    from .train import policy_of
 
     ckpt = Path(run_dir) / "checkpoint"
     try:
@@ -100,8 +100,7 @@ def policy_from_run(run_dir: str | Path, dest: str | Path) -> Path:
         raise ValueError(f"{run_dir} is not a GRPO run: its checkpoint records no TrainConfig "
                          "(a pretraining run keeps its policies as step_<N>/)")
     cfg = TrainConfig(**{k: v for k, v in c.items() if k in TrainConfig.__dataclass_fields__})
-    policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, lora=cfg.lora,
-                          format=cfg.chat_format, reasoning_effort=cfg.reasoning_effort, **cfg.policy_overrides)
+    policy = policy_of(cfg)
     if policy.tokenizer is None:
         raise ValueError(f"{run_dir} trained a Harmony preset, which has no tokenizer to save with its weights")
     policy.model.load_state_dict(load_file(str(ckpt / "model.safetensors")))

@@ -245,7 +245,6 @@ class EpisodeStream:
     def __init__(self, policy, cfg: PretrainConfig, seed: int):
         self.policy, self.cfg, self.seed = policy, cfg, seed
         self._env: tuple[int, RetailEnv, list[str]] | None = None
-        self._lists: tuple[int, object] | None = None     # (k, training world k's data) of the list look-ups
 
     def _world(self, k: int) -> tuple[RetailEnv, list[str]]:
         if self._env is None or self._env[0] != k:
@@ -302,10 +301,8 @@ class EpisodeStream:
         c, tok = self.cfg, self.policy.tokenizer
         if c.lookup_kind == "flat":
             return [flat_lookup(tok, self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
-        k = (step - c.induction_steps) * c.lookup_batch // c.episodes_per_world
-        if self._lists is None or self._lists[0] != k:
-            self._lists = (k, load_source(train_world(self.seed, k)))
-        return [list_lookup(tok, self._lists[1], self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
+        data = load_source(train_world(self.seed, (step - c.induction_steps) * c.lookup_batch // c.episodes_per_world))
+        return [list_lookup(tok, data, self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
 
     def mixed_induction(self, step: int) -> list[Rollout]:
         """The `induction_mix` induction examples added to step `step` after the induction phase

@@ -318,6 +318,13 @@ class _Run:
                         {"step": step, "window": list(self.window), "config": dataclasses.asdict(self.cfg)})
 
 
+def policy_of(cfg: TrainConfig, seed: int = 0, device: str = "cpu"):
+    """The policy `cfg` trains, before any update (its preset or directory, dtype, LoRA, chat format)."""
+    return build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, seed=seed, device=device,
+                        dtype=getattr(torch, cfg.dtype), lora=cfg.lora, format=cfg.chat_format,
+                        reasoning_effort=cfg.reasoning_effort, **cfg.policy_overrides)
+
+
 def _prepare(cfg: TrainConfig, out_dir: Path, seed: int, device, policy) -> _Run:
     """Seeds, the policy and optimizer, the task lists: a run at step 0, nothing written yet."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -325,9 +332,7 @@ def _prepare(cfg: TrainConfig, out_dir: Path, seed: int, device, policy) -> _Run
     np.random.seed(seed)
     torch.manual_seed(seed)
     if policy is None:
-        policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, seed=seed, device=device,
-                              dtype=getattr(torch, cfg.dtype), lora=cfg.lora, format=cfg.chat_format,
-                              reasoning_effort=cfg.reasoning_effort, **cfg.policy_overrides)
+        policy = policy_of(cfg, seed, device)
     if cfg.bc_episodes > 0 and policy.chat.name != "compact":
         raise ValueError(f"the warm start clones compact-format demonstrations; set bc_episodes=0 for "
                          f"a {policy.chat.name} policy")
