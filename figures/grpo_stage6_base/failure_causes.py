@@ -17,7 +17,8 @@ import torch
 
 from sinkflex_lib.envs import load_source
 from sinkflex_lib.envs.reward import gold_writes
-from sinkflex_lib.rl.evaluate import balanced_task_ids, evaluate_policy, is_write_task, task_kind
+from sinkflex_lib.rl.evaluate import (balanced_task_ids, causes_by_group, evaluate_policy, is_write_task,
+                                      solved_changes, task_kind)
 from sinkflex_lib.rl.failures import CAUSES, WRITE_CHECKS
 from sinkflex_lib.rl.policy import build_policy
 from sinkflex_lib.rl.rollout import RolloutConfig
@@ -44,18 +45,13 @@ def play(stem: str, policy: str) -> None:
     print(f"{stem}: mean@1 {res['mean_at_1']:.3f}, write {res['write_mean_at_1']:.3f}")
 
 
-def cause_counts(r: dict, ids) -> dict[str, int]:
-    causes = [r["failures"]["per_task"][t] for t in ids]
-    return {c: causes.count(c) for c in CAUSES}
-
-
 def policy_rows(results: dict[str, dict], write: bool) -> list[dict]:
     """Per policy, how many of the write tasks (or of the others) ended with each cause."""
-    tasks, rows = load_source(SOURCE).tasks, []
+    group, rows = "write tasks" if write else "other tasks", []
     for stem, label in POLICIES:
         if stem in results:
-            ids = [t for t in results[stem]["per_task"] if is_write_task(tasks[t]) == write]
-            rows.append({"policy": label, "tasks": len(ids), **cause_counts(results[stem], ids)})
+            counts = causes_by_group(results[stem], SOURCE)[group]
+            rows.append({"policy": label, "tasks": sum(counts.values()), **counts})
     return rows
 
 
@@ -75,15 +71,13 @@ def cut_short_rows(results: dict[str, dict]) -> list[dict]:
 def change_rows(results: dict[str, dict]) -> list[dict]:
     """Per trained policy: the tasks it gained over the base, by the base's cause there, and the
     tasks it lost, by its own cause."""
-    base, rows = results["base"]["failures"]["per_task"], []
+    rows = []
     for stem, label in POLICIES[1:]:
         if stem not in results:
             continue
-        mine = results[stem]["failures"]["per_task"]
-        for what, ids, by in (("gained", [t for t in base if mine[t] == "solved" != base[t]], base),
-                              ("lost", [t for t in base if base[t] == "solved" != mine[t]], mine)):
-            causes = [by[t] for t in ids]
-            rows.append({"policy": label, "tasks": f"{what} {len(ids)}",
+        for what, by_task in solved_changes(results["base"], results[stem]).items():
+            causes = list(by_task.values())
+            rows.append({"policy": label, "tasks": f"{what} {len(causes)}",
                          **{c: causes.count(c) for c in CAUSES if c != "solved"}})
     return rows
 

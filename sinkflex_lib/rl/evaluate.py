@@ -159,6 +159,28 @@ def failures_by_kind(rollouts, source: str) -> dict:
             "differences": {t: {n: [g, c] for n, g, c in f.differences} for t, f in found.items() if f.differences}}
 
 
+def causes_by_group(res: dict, source: str) -> dict[str, dict[str, int]]:
+    """An evaluation's (:func:`evaluate_policy`) episodes counted per cause, over its write tasks
+    and over the others: {"write tasks": {cause: n}, "other tasks": {cause: n}}, every cause of
+    :data:`.failures.CAUSES` in order, zeros kept."""
+    tasks = load_source(source).tasks
+    out = {"write tasks": dict.fromkeys(CAUSES, 0), "other tasks": dict.fromkeys(CAUSES, 0)}
+    for task_id, cause in res["failures"]["per_task"].items():
+        out["write tasks" if is_write_task(tasks[task_id]) else "other tasks"][cause] += 1
+    return out
+
+
+def solved_changes(before: dict, after: dict) -> dict[str, dict[str, str]]:
+    """What changed between two evaluations of the same tasks: the tasks `after` solves and
+    `before` did not ("gained", each with `before`'s cause there) and the reverse ("lost", each
+    with `after`'s cause)."""
+    was, now = before["failures"]["per_task"], after["failures"]["per_task"]
+    if set(was) != set(now):
+        raise ValueError("the two evaluations played different tasks")
+    return {"gained": {t: was[t] for t in was if now[t] == "solved" != was[t]},
+            "lost": {t: now[t] for t in was if was[t] == "solved" != now[t]}}
+
+
 def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig | None = None,
                     with_baselines: bool = True) -> dict:
     """Greedy mean@1 of `policy` on `task_ids` of `source` (see module docstring); with

@@ -107,6 +107,27 @@ def test_failures_are_read_from_the_rollouts_write_calls(micro_policy):
     assert len(table) == 2 + 11 and sum(sum(r["causes"].values()) for r in res["failures"]["per_kind"].values()) == 11
 
 
+def test_causes_are_counted_over_the_write_tasks_and_the_others(micro_policy):
+    res = ev.evaluate_policy(micro_policy, WORLD, ev.balanced_task_ids(WORLD, 11),
+                             RolloutConfig(max_turns=3, max_new_tokens=8), with_baselines=False)
+    groups = ev.causes_by_group(res, WORLD)
+    assert list(groups["write tasks"]) == list(groups["other tasks"]) == list(ev.CAUSES)
+    # against summarize's own counts and means: each task once, "solved" where it scored 1
+    assert sum(groups["write tasks"].values()) == res["n_write_tasks"] > 0
+    assert sum(groups["other tasks"].values()) == res["n_tasks"] - res["n_write_tasks"] > 0
+    assert groups["write tasks"]["solved"] == round(res["write_mean_at_1"] * res["n_write_tasks"])
+    assert groups["write tasks"]["solved"] + groups["other tasks"]["solved"] == round(res["mean_at_1"] * res["n_tasks"])
+
+
+def test_solved_changes_name_the_tasks_gained_and_lost_with_the_other_policys_cause():
+    before = {"failures": {"per_task": {"a": "solved", "b": "no write", "c": "solved", "d": "out of turns"}}}
+    after = {"failures": {"per_task": {"a": "wrong arguments", "b": "solved", "c": "solved", "d": "no write"}}}
+    assert ev.solved_changes(before, after) == {"gained": {"b": "no write"}, "lost": {"a": "wrong arguments"}}
+    assert ev.solved_changes(after, before) == {"gained": {"a": "wrong arguments"}, "lost": {"b": "no write"}}
+    with pytest.raises(ValueError, match="different tasks"):
+        ev.solved_changes(before, {"failures": {"per_task": {"a": "solved"}}})
+
+
 def test_the_oracle_within_the_budgets_is_capped_exactly_where_the_episode_does_not_fit(micro_policy):
     """Independent rule on the oracle's token counts: every turn fits max_new_tokens and every
     observation leaves room for a full turn -> 1; the episode runs out of tokens or turns -> 0
