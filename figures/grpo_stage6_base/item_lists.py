@@ -7,7 +7,8 @@ python figures/grpo_stage6_base/item_lists.py [--out NAME.md] LABEL=POLICY [LABE
 --out writes another file of this folder (item_lists_requests.md: the shipped base, the lists stage and
 the requests stage after it, README.md here, "Requests of several items, taught").
 
-The committed output: the shipped base and grpo-tiny (data/checkpoints/), and the step-30 P0 seed 2, the
+The committed output: the shipped base and grpo-tiny (data/checkpoints/; the grpo-tiny of the run at 12e62f0,
+shipped until d73b107), and the step-30 P0 seed 2, the
 step-90 P0 runs on the other 225 tasks (seed 0) and on these 110 tasks, and the supervised seed 7's step
 300, each as a policy folder outside the repository (its weights with the base's config and tokenizer;
 README.md here), step 250 of a `calls` stage from the base (its run folder's step_250/), and the

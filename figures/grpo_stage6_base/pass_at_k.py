@@ -23,7 +23,8 @@ from sinkflex_lib.tables import markdown_table, three_places
 
 HERE = Path(__file__).parent
 # (file stem, label)
-POLICIES = [("base", "the shipped base"), ("grpo_tiny", "GRPO, the cpu profile (grpo-tiny)"),
+POLICIES = [("base", "the shipped base"), ("grpo_tiny_12e62f0", "GRPO, the cpu profile (grpo-tiny of the run at 12e62f0)"),
+            ("grpo_tiny_d73b107", "GRPO, the cpu profile (grpo-tiny of the run at d73b107)"),
             ("P0_seed2", "GRPO, only successes reinforced (P0 seed 2)"),
             ("supervised_seed7", "300 more supervised steps (seed 7)"),
             ("lists9_step400", "list look-ups, then the lists stage (seed 9, not shipped)"),
