@@ -18,7 +18,7 @@ import torch
 from sinkflex_lib.envs import load_source
 from sinkflex_lib.envs.reward import gold_writes
 from sinkflex_lib.rl.evaluate import (balanced_task_ids, causes_by_group, evaluate_policy, is_write_task,
-                                      solved_changes, task_kind)
+                                      solved_by_failed_calls, solved_changes, task_kind)
 from sinkflex_lib.rl.failures import CAUSES, WRITE_CHECKS
 from sinkflex_lib.rl.policy import build_policy
 from sinkflex_lib.rl.rollout import RolloutConfig
@@ -41,7 +41,8 @@ def play(stem: str, policy: str) -> None:
     torch.set_num_threads(1)
     res = evaluate_policy(build_policy(policy), SOURCE, balanced_task_ids(SOURCE, 110),
                           RolloutConfig(max_turns=12), with_baselines=False)
-    keep = {k: res[k] for k in ("source", "n_tasks", "mean_at_1", "write_mean_at_1", "per_task", "failures")}
+    keep = {k: res[k] for k in ("source", "n_tasks", "mean_at_1", "write_mean_at_1", "per_task", "failures",
+                                "per_task_failed_calls")}
     (HERE / f"failures_{stem}.json").write_text(json.dumps({"policy": policy, **keep}, indent=1) + "\n")
     print(f"{stem}: mean@1 {res['mean_at_1']:.3f}, write {res['write_mean_at_1']:.3f}")
 
@@ -66,6 +67,18 @@ def cut_short_rows(results: dict[str, dict]) -> list[dict]:
                       if c == "out of turns" and is_write_task(tasks[t])]
             rows.append({"policy": label, "out of turns": len(writes),
                          **{w: writes.count(w) for w in WRITE_CHECKS if w != "no write needed"}})
+    return rows
+
+
+def failed_call_rows(results: dict[str, dict]) -> list[dict]:
+    """Per policy played since the evaluator counts failed calls: its tasks with and without a failed
+    call (a tool error or an unparsed call), and how many of each it solved."""
+    rows = []
+    for stem, label in POLICIES:
+        if "per_task_failed_calls" in results.get(stem, {}):
+            split = solved_by_failed_calls(results[stem])
+            rows.append({"policy": label, **{f"{g}: solved of tasks": f"{row['solved']} of {row['tasks']}"
+                                               for g, row in split.items()}})
     return rows
 
 
@@ -130,6 +143,8 @@ def main() -> None:
              markdown_table(drop_empty_columns(cut_short_rows(results))),
              "\n## The 30 other tasks (information, refuse, transfer)\n",
              markdown_table(drop_empty_columns(policy_rows(results, False))),
+             "\n## Solved with and without a failed call (a tool error or an unparsed call; "
+             "policies played since the evaluator counts them)\n", markdown_table(failed_call_rows(results)),
              "\n## The base, per kind\n", markdown_table(drop_empty_columns(kinds)),
              "\n## Tasks gained over the base (by the base's cause) and lost (by the policy's cause)\n",
              markdown_table(drop_empty_columns(change_rows(results))),

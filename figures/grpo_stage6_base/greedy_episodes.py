@@ -8,6 +8,8 @@ python figures/grpo_stage6_base/greedy_episodes.py NAME TASK[,TASK...] LABEL=POL
   diag_T110P0_gains.txt    modify_address_003,user_address_009,return_006 "the shipped base=base-tiny"
                            "P0 trained on the 110 tasks, step 90=DIR" (DIR: that run's step-90 weights
                            with the base's config and tokenizer, not shipped; README.md here)
+  out_of_turns_base.txt    the 29 tasks of failures_base.json whose cause is "out of turns"
+                           "the shipped base=base-tiny" (README.md here, "No policy here recovers")
 """
 import sys
 from pathlib import Path

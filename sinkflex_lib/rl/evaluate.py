@@ -181,11 +181,25 @@ def solved_changes(before: dict, after: dict) -> dict[str, dict[str, str]]:
             "lost": {t: now[t] for t in was if was[t] == "solved" != now[t]}}
 
 
+def solved_by_failed_calls(res: dict) -> dict[str, dict[str, int]]:
+    """An evaluation's (:func:`evaluate_policy`) tasks split by whether the episode made a failed
+    call (a tool call answered with an error, or an action that looked like a call and did not
+    parse; `per_task_failed_calls`): {"no failed call": {"tasks": n, "solved": s}, "a failed call":
+    {...}}. Where the second row's share is far below the first's, the policy does not recover."""
+    out = {"no failed call": {"tasks": 0, "solved": 0}, "a failed call": {"tasks": 0, "solved": 0}}
+    for task_id, failed in res["per_task_failed_calls"].items():
+        row = out["a failed call" if failed else "no failed call"]
+        row["tasks"] += 1
+        row["solved"] += res["per_task"][task_id] == 1.0
+    return out
+
+
 def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig | None = None,
                     with_baselines: bool = True) -> dict:
     """Greedy mean@1 of `policy` on `task_ids` of `source` (see module docstring); with
     per-task rewards (`per_task`), the writes made per kind (`write_counts`), why each episode
-    failed (`failures`, :func:`failures_by_kind`) and the rollout's failure counts."""
+    failed (`failures`, :func:`failures_by_kind`), each episode's failed calls
+    (`per_task_failed_calls`: tool errors and unparsed calls) and their totals."""
     cfg = cfg or RolloutConfig()
     cfg = dataclasses.replace(cfg, temperature=0.0, source=source)
     t0 = time.perf_counter()
@@ -194,6 +208,7 @@ def evaluate_policy(policy, source: str, task_ids: list[str], cfg: RolloutConfig
     baselines = all_baselines(policy, source, task_ids, cfg) if with_baselines else {}
     out = {"source": source, **summarize(rewards, source, baselines), "per_task": rewards,
            "writes": write_counts(rollouts, source), "failures": failures_by_kind(rollouts, source),
+           "per_task_failed_calls": {r.task_id: r.tool_errors + r.parse_errors for r in rollouts},
            "tool_calls": sum(r.tool_calls for r in rollouts),
            "tool_errors": sum(r.tool_errors + r.parse_errors for r in rollouts),
            "seconds": time.perf_counter() - t0}

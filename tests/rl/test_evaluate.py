@@ -66,10 +66,13 @@ def test_evaluate_command_prints_the_json_of_a_micro_policy(capsys):
     assert res["mean_at_1"] == pytest.approx(sum(res["per_task"].values()) / 11)
 
 
-def _forced_oracle(policy, task: dict) -> Policy:
-    """A policy that emits the oracle's tokens for `task` (compact format)."""
-    tok = policy.tokenizer
-    script = [t for a in oracle_script(task)
+def _forced_oracle(policy, task: dict, insert: dict | None = None) -> Policy:
+    """A policy that emits the oracle's tokens for `task` (compact format); `insert` maps an index of
+    the oracle's actions to an action emitted before it."""
+    tok, actions = policy.tokenizer, oracle_script(task)
+    for at, action in sorted((insert or {}).items(), reverse=True):
+        actions.insert(at, action)
+    script = [t for a in actions
               for t in tok(canonical_action(a), add_special_tokens=False)["input_ids"] + [policy.token_id(END)]]
     return Policy(ForcedTokens(script, len(tok)), tok, "forced")
 
@@ -117,6 +120,32 @@ def test_causes_are_counted_over_the_write_tasks_and_the_others(micro_policy):
     assert sum(groups["other tasks"].values()) == res["n_tasks"] - res["n_write_tasks"] > 0
     assert groups["write tasks"]["solved"] == round(res["write_mean_at_1"] * res["n_write_tasks"])
     assert groups["write tasks"]["solved"] + groups["other tasks"]["solved"] == round(res["mean_at_1"] * res["n_tasks"])
+
+
+def test_failed_calls_are_the_rollouts_tool_and_parse_errors(micro_policy):
+    tasks = RetailEnv(WORLD).data.tasks
+    cfg = RolloutConfig(max_turns=30, max_tokens=8192, max_new_tokens=256)
+    solved = ev.evaluate_policy(_forced_oracle(micro_policy, tasks["cancel_000"]), WORLD, ["cancel_000"], cfg,
+                                with_baselines=False)
+    assert solved["per_task_failed_calls"] == {"cancel_000": 0}
+    assert ev.solved_by_failed_calls(solved) == {"no failed call": {"tasks": 1, "solved": 1},
+                                                 "a failed call": {"tasks": 0, "solved": 0}}
+    # a look-up of an order that does not exist, before the oracle's own: answered with an error,
+    # the episode goes on as the oracle's and is solved
+    wrong = '{"name": "get_order_details", "arguments": {"order_id": "#W0000000"}}'
+    recovered = ev.evaluate_policy(_forced_oracle(micro_policy, tasks["cancel_000"], {2: wrong}), WORLD,
+                                   ["cancel_000"], cfg, with_baselines=False)
+    assert recovered["per_task_failed_calls"] == {"cancel_000": 1} and recovered["tool_errors"] == 1
+    assert ev.solved_by_failed_calls(recovered) == {"no failed call": {"tasks": 0, "solved": 0},
+                                                    "a failed call": {"tasks": 1, "solved": 1}}
+    ids, short = ev.balanced_task_ids(WORLD, 11), RolloutConfig(max_turns=3, max_new_tokens=8)
+    res = ev.evaluate_policy(micro_policy, WORLD, ids, short, with_baselines=False)
+    rollouts = rollout_batch(micro_policy, [(t, 0) for t in ids], dataclasses.replace(short, temperature=0.0, source=WORLD))
+    assert res["per_task_failed_calls"] == {r.task_id: r.tool_errors + r.parse_errors for r in rollouts}
+    split = ev.solved_by_failed_calls(res)
+    assert split["no failed call"]["tasks"] + split["a failed call"]["tasks"] == 11
+    assert split["a failed call"]["tasks"] == sum(1 for r in rollouts if r.tool_errors + r.parse_errors)
+    assert split["no failed call"]["solved"] + split["a failed call"]["solved"] == round(res["mean_at_1"] * 11)
 
 
 def test_solved_changes_name_the_tasks_gained_and_lost_with_the_other_policys_cause():
