@@ -156,6 +156,29 @@ def oracle_script(task: dict, products: dict | None = None) -> list[str]:
     return script
 
 
+# arguments that name a record: with a digit dropped, no record has the value (ids, e-mails)
+ID_ARGUMENTS = ("order_id", "user_id", "email", "payment_method_id", "product_id", "item_id", "item_ids",
+                "new_item_ids")
+
+
+def slipped_call(action: str) -> str | None:
+    """A slip of the oracle's tool call `action` (its JSON form): its first argument of
+    :data:`ID_ARGUMENTS` (the first id of a list) with the last digit dropped, a value no record
+    has, so the environment answers with an error and changes nothing. None for an action that
+    is not a call with such an argument (a message, ``calculate``, ``list_all_product_types``)."""
+    call = parse_action(action)
+    if not isinstance(call, ToolCall):
+        return None
+    for name, value in call.arguments.items():
+        first = value[0] if isinstance(value, list) and value else value
+        if name in ID_ARGUMENTS and isinstance(first, str) and any(ch.isdigit() for ch in first):
+            cut = max(i for i, ch in enumerate(first) if ch.isdigit())
+            first = first[:cut] + first[cut + 1:]
+            new = [first, *value[1:]] if isinstance(value, list) else first
+            return tool_call_json({"name": call.name, "arguments": {**call.arguments, name: new}})
+    return None
+
+
 def gold_replay_script(task: dict) -> list[str]:
     """Gold actions as JSON tool calls, a message with the communicate_info, then ###STOP###."""
     script = [tool_call_json(a) for a in gold_actions(task)]

@@ -141,22 +141,34 @@ PRETOKEN_PATTERN = (_ID + r"|[A-Z][A-Za-z]*| [a-z]+(?![A-Za-z0-9_#@%$.-]*[0-9_#@
 PIECE_PATTERN = r" ?[A-Za-z_]+|[0-9]{1,2}|[^A-Za-z0-9_]"
 
 
-def oracle_transcript(env, task_id: str, seed: int = 0,
-                      name_items: bool = True) -> tuple[str, list[tuple[str, str]]]:
+def oracle_transcript(env, task_id: str, seed: int = 0, name_items: bool = True,
+                      slip_at: int | None = None) -> tuple[str, list[tuple[str, str]]]:
     """The oracle episode of `task_id` as (prompt, [(action, observation_after), ...]).
 
     The prompt is the system text, greeting, first user message and <|assistant|>. name_items:
     confirmation requests name each item as tool results do (:func:`~sinkflex_lib.envs.oracle.describe_write`).
+    slip_at: the index of one of the oracle's calls in its script; a slip of it
+    (:func:`~sinkflex_lib.envs.oracle.slipped_call`, answered with an error) comes first, as turn
+    `slip_at`, and the episode goes on as the oracle's. A slip the environment does not refuse
+    raises ValueError.
     """
-    from ..envs.oracle import oracle_script
+    from ..envs.oracle import oracle_script, slipped_call
     from .formats import compact_prompt
 
     obs, info = env.reset(seed=seed, options={"task_id": task_id})
     prompt = compact_prompt(env, obs, info)
+    script = oracle_script(info["task"], env.db.products if name_items else None)
+    if slip_at is not None:
+        slip = slipped_call(script[slip_at])
+        if slip is None:
+            raise ValueError(f"action {slip_at} of {task_id}'s script has no id to slip: {script[slip_at]!r}")
+        script.insert(slip_at, slip)
     turns = []
-    for action in oracle_script(info["task"], env.db.products if name_items else None):
+    for k, action in enumerate(script):
         action = canonical_action(action)
         obs, reward, term, trunc, info = env.step(action)
+        if k == slip_at and not info["tool_error"]:
+            raise ValueError(f"the slip {action!r} of {task_id} was not refused: {obs[:120]!r}")
         turns.append((action, render_observation(obs) if not (term or trunc) else ""))
         if term or trunc:
             break

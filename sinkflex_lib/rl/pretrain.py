@@ -63,7 +63,7 @@ import torch
 
 from ..envs import RetailEnv, load_source
 from ..envs.actions import argument_value_spans
-from ..envs.oracle import decision_spans, with_next_action
+from ..envs.oracle import decision_spans, oracle_script, slipped_call, with_next_action
 from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
@@ -79,6 +79,7 @@ from .runstate import (ResumeError, append_metrics, load_checkpoint, read_checkp
 
 
 LOOKUP_KINDS = ("flat", "list")    # what the look-up phase trains on (`PretrainConfig.lookup_kind`)
+SLIP_STREAM = 7                     # the random stream of the slips, apart from every other draw of a run
 
 
 @dataclass
@@ -116,6 +117,7 @@ class PretrainConfig:
     value_weight: float = 3.0        # loss weight of the tokens of a call's argument values (the copies)
     decision_weight: float = 1.0     # loss weight of what a request decides: which write, a cancel's reason, and
                                      # (since the shipped base) the argument values as the confirmation states them
+    slip_rate: float = 0.0           # share of whole episodes with a failed call first (:meth:`EpisodeStream.slip_of`)
     episodes_per_world: int = 200
     eval_world_seed: int = 0
     eval_every: int = 500
@@ -127,6 +129,8 @@ class PretrainConfig:
     def __post_init__(self):
         if self.lookup_kind not in LOOKUP_KINDS:
             raise ValueError(f"lookup_kind must be one of {LOOKUP_KINDS}, got {self.lookup_kind!r}")
+        if not 0.0 <= self.slip_rate <= 1.0:
+            raise ValueError(f"slip_rate must lie in [0, 1], got {self.slip_rate!r}")
 
 
 PROFILES = {
@@ -210,6 +214,14 @@ PROFILES = {
     # against 0.482 after seeds 9 and 10.
     "lists": dict(induction_steps=0, copy_steps=0, steps=400, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, eval_every=200, item_lookup_mix=4, new_item_lookup_mix=8, list_lookup_mix=12),
+    # recovery (not shipped; ``--init`` the shipped base): the variants stage's episodes, half of them
+    # with a failed call first (`slip_rate`: one of the oracle's calls with an id cut by a digit,
+    # answered with an error, no loss on it; the oracle's right call follows). Greedy on the 110
+    # held-out tasks, no policy trained on the oracle's clean episodes solved more than 2 of its
+    # 41-52 episodes with a failed call (figures/grpo_stage6_base/README.md, "No policy here
+    # recovers"); 300 steps, as the supervised comparison of seeds 7 and 8 without slips.
+    "slips": dict(induction_steps=0, copy_steps=0, steps=300, lr=7e-4, warmup=50, decision_weight=5.0,
+                  max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8, slip_rate=0.5),
     # a ninth stage (not shipped): the lists stage with 4 request look-ups a step
     # (:func:`.lookups.request_lookup`: a user's request of 1-3 items of an order, then the
     # confirmation request that states them), ``--init`` the lists stage's last step. After it the
@@ -257,10 +269,24 @@ class EpisodeStream:
     def example(self, e: int, short: bool) -> Rollout:
         n = self.cfg.episodes_per_world
         env, ids = self._world(e // n)
+        task_id = ids[(e % n) % len(ids)]
         cap = self.cfg.copy_max_tokens if short else self.cfg.max_tokens
-        return demonstration(self.policy, env, ids[(e % n) % len(ids)], e, cap, tool_weight=self.cfg.tool_loss_weight,
+        return demonstration(self.policy, env, task_id, e, cap, tool_weight=self.cfg.tool_loss_weight,
                              drop_system=short, value_weight=self.cfg.value_weight,
-                             decision_weight=self.cfg.decision_weight)
+                             decision_weight=self.cfg.decision_weight,
+                             slip_at=None if short else self.slip_of(env, task_id, e))
+
+    def slip_of(self, env: RetailEnv, task_id: str, e: int) -> int | None:
+        """Whether example e's oracle episode starts one of its calls with a slip, a failed call
+        the oracle then makes right (:func:`~sinkflex_lib.envs.oracle.slipped_call`), and before
+        which: with chance `slip_rate`, one of the script's calls with an id argument, uniformly;
+        a pure function of (seed, e). None: the oracle's episode as it is."""
+        rng = np.random.default_rng([self.seed, e, SLIP_STREAM])
+        if self.cfg.slip_rate == 0.0 or rng.random() >= self.cfg.slip_rate:
+            return None
+        script = oracle_script(env.data.tasks[task_id])
+        calls = [k for k, action in enumerate(script) if slipped_call(action) is not None]
+        return int(rng.choice(calls)) if calls else None
 
     def induction(self, step: int, i: int) -> Rollout:
         """A random string of n non-special tokens (n uniform in [`induction_len`//4,

@@ -25,7 +25,7 @@ from .rollout import Rollout, collate, token_logprobs
 
 def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_tokens: int = 4096,
                   tool_weight: float = 0.0, drop_system: bool = False, value_weight: float = 1.0,
-                  decision_weight: float = 1.0) -> Rollout:
+                  decision_weight: float = 1.0, slip_at: int | None = None) -> Rollout:
     """The oracle episode of `task_id` as a rollout layout (mask 1 on agent tokens), cut at
     the last whole agent turn that fits in `max_tokens`. A demonstration has no sampling
     log-probs: its `old_logp` field carries each token's loss weight instead (1 on agent tokens,
@@ -34,16 +34,22 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
     decides (:func:`~sinkflex_lib.envs.oracle.decision_spans`: which write, a cancel's reason,
     the argument values as the request states them); `tool_weight` inside tool results,
     0 elsewhere), so `collate` pads it. drop_system: leave out the system message (pretraining's
-    copy curriculum)."""
+    copy curriculum). slip_at: a failed call before the oracle's call `slip_at` of its script
+    (:func:`~sinkflex_lib.rl.chat.oracle_transcript`), context without loss (mask and weight 0), its
+    error message weighted as a tool result: what follows a failed call is the oracle's right turn."""
     tok = policy.tokenizer
     end_id, tool_id = policy.token_id(END), policy.token_id(TOOL)
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    prompt, turns = oracle_transcript(env, task_id, seed=seed)
+    prompt, turns = oracle_transcript(env, task_id, seed=seed, slip_at=slip_at)
     ids = enc(prompt)
     r = Rollout(task_id, seed)
     for t in (ids[ids.index(end_id) + 1:] if drop_system else ids):
         r.append(t, 1, len(r.ids))
-    for action, obs, nxt in with_next_action(turns):     # nxt: the action a confirmation is for
+    oracle = [turn for k, turn in enumerate(turns) if k != slip_at]
+    nexts = [n for _, _, n in with_next_action(oracle)]     # the action a confirmation is for
+    if slip_at is not None:
+        nexts.insert(slip_at, "")
+    for k, ((action, obs), nxt) in enumerate(zip(turns, nexts)):
         a = tok(action, add_special_tokens=False, return_offsets_mapping=True)
         act = a["input_ids"] + [end_id]
         if len(r.ids) + len(act) > max_tokens:
@@ -51,8 +57,9 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
         spans = [(s, e, value_weight) for _, s, e in argument_value_spans(action)] if value_weight != 1.0 else []
         if decision_weight != 1.0:
             spans += [(s, e, decision_weight) for _, s, e in decision_spans(action, nxt, env.db.products)]
+        learn = int(k != slip_at)
         for t, w in zip(act, span_weights(a["offset_mapping"], spans) + [1.0]):
-            r.append(t, 1, len(r.ids), mask=1, logp=w)
+            r.append(t, 1, len(r.ids), mask=learn, logp=w * learn)
         in_tool = False
         for t in enc(obs):
             in_tool = (in_tool or t == tool_id) and t != end_id

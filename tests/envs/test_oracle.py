@@ -93,3 +93,24 @@ def test_with_products_a_request_states_each_item_as_a_tool_result_showed_it():
                         checked += 1
             seen += action + obs
     assert checked >= 20
+
+
+def test_a_slip_drops_the_last_digit_of_the_first_id_and_leaves_the_rest():
+    from sinkflex_lib.envs.oracle import slipped_call, tool_call_json
+    call = lambda name, **args: tool_call_json({"name": name, "arguments": args})  # noqa: E731
+    # (call, its slip), written out by hand
+    cases = [(call("get_order_details", order_id="#W9112821"), call("get_order_details", order_id="#W911282")),
+             (call("find_user_id_by_email", email="ann.lee3378@example.com"),
+              call("find_user_id_by_email", email="ann.lee337@example.com")),
+             (call("return_delivered_order_items", order_id="#W1", item_ids=["111", "222"], payment_method_id="paypal_9"),
+              call("return_delivered_order_items", order_id="#W", item_ids=["111", "222"], payment_method_id="paypal_9")),
+             (call("modify_user_address", user_id="ann_lee_1", **ADDR),
+              call("modify_user_address", user_id="ann_lee_", **ADDR)),
+             (call("exchange_delivered_order_items", order_id="W", **ITEMS),      # no digit in the order id: the next id
+              call("exchange_delivered_order_items", order_id="W", item_ids=["11"], new_item_ids=["222"],
+                   payment_method_id="paypal_9"))]
+    for action, slip in cases:
+        assert slipped_call(action) == slip
+    for action in ("I'd be happy to help.", call("calculate", expression="1 + 2"), call("list_all_product_types"),
+                   call("find_user_id_by_name_zip", first_name="Ann", last_name="Lee", zip="78701")):
+        assert slipped_call(action) is None

@@ -153,7 +153,7 @@ def test_resume_takes_fields_added_since_the_run_started_at_their_value_now(tmp_
         pt.pretrain(SMOKE, tmp_path, resume=True, log=lambda m: None)
 
 
-@pytest.mark.parametrize("profile", ["episodes", "confirm", "names", "items"])
+@pytest.mark.parametrize("profile", ["episodes", "confirm", "names", "items", "slips"])
 def test_the_later_stage_profiles_train_whole_episodes_from_their_first_step(profile):
     cfg = pt.PretrainConfig(**pt.PROFILES[profile])
     assert {pt.phase_of(cfg, s) for s in range(cfg.steps)} == {"episodes"}
@@ -329,3 +329,26 @@ def test_grouped_loss_is_the_one_batch_loss_without_padding_short_rows_to_long_o
     g1 = torch.autograd.grad(one, list(micro_policy.model.parameters()))
     g2 = torch.autograd.grad(grouped, list(micro_policy.model.parameters()))
     assert max(float((a - b).abs().max() / b.abs().max().clamp(min=1e-12)) for a, b in zip(g1, g2)) < 1e-4
+
+
+def test_slips_come_at_their_rate_before_a_call_with_an_id_and_only_in_whole_episodes(micro_policy):
+    from sinkflex_lib.envs.oracle import oracle_script, slipped_call
+    cfg = pt.PretrainConfig(**{**pt.PROFILES["smoke"], "slip_rate": 0.5, "episodes_per_world": 50})
+    stream, again = pt.EpisodeStream(micro_policy, cfg, 0), pt.EpisodeStream(micro_policy, cfg, 0)
+    env, ids = stream._world(0)
+    slips = [stream.slip_of(env, ids[e], e) for e in range(40)]
+    assert slips == [again.slip_of(env, ids[e], e) for e in range(40)]          # a function of (seed, e)
+    assert 10 <= sum(k is not None for k in slips) <= 30                          # 20 expected
+    for e, k in enumerate(slips):
+        if k is not None:
+            assert slipped_call(oracle_script(env.data.tasks[ids[e]])[k]) is not None
+    never = pt.EpisodeStream(micro_policy, dataclasses.replace(cfg, slip_rate=0.0), 0)
+    always = pt.EpisodeStream(micro_policy, dataclasses.replace(cfg, slip_rate=1.0), 0)
+    assert all(never.slip_of(env, ids[e], e) is None for e in range(40))
+    assert all(always.slip_of(env, ids[e], e) is not None for e in range(40))
+    error = micro_policy.tokenizer("Error", add_special_tokens=False)["input_ids"]
+    has_error = lambda r: any(r.ids[i:i + len(error)] == error for i in range(len(r.ids)))  # noqa: E731
+    assert has_error(always.example(0, short=False)) and not has_error(never.example(0, short=False))
+    assert always.example(0, short=True).ids == never.example(0, short=True).ids   # the copy curriculum: none
+    with pytest.raises(ValueError, match="slip_rate"):
+        pt.PretrainConfig(slip_rate=1.5)

@@ -1,6 +1,9 @@
+import pytest
+
 from sinkflex_lib.envs import RetailEnv
+from sinkflex_lib.envs.oracle import oracle_script, slipped_call
 from sinkflex_lib.rl.rollout import collate
-from sinkflex_lib.rl.chat import END, SYSTEM, TOOL, USER, oracle_transcript
+from sinkflex_lib.rl.chat import END, SYSTEM, TOOL, USER, canonical_action, oracle_transcript
 from sinkflex_lib.rl.warmstart import bc_loss, demonstration, warm_start
 
 
@@ -87,3 +90,37 @@ def _string_values(action: str) -> list[str]:
         vals = kw.value.elts if isinstance(kw.value, ast.List) else [kw.value]
         out += [v.value for v in vals if isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value]
     return out
+
+
+def test_a_slip_is_refused_and_the_episode_goes_on_as_the_oracles():
+    env = RetailEnv("eval-world:0", max_steps=60)
+    for tid in ("cancel_000", "exchange_000", "user_address_000", "compound_000"):
+        script = oracle_script(env.data.tasks[tid])
+        _, clean = oracle_transcript(env, tid)
+        slips = [k for k, a in enumerate(script) if slipped_call(a) is not None]
+        assert len(slips) >= 2, tid
+        for k in slips:
+            _, turns = oracle_transcript(env, tid, slip_at=k)
+            assert "Error" in turns[k][1] and turns[:k] + turns[k + 1:] == clean      # the state was not touched
+        # replayed by hand: the slip, then the oracle's own actions; the episode still scores 1
+        env.reset(seed=0, options={"task_id": tid})
+        env.step(canonical_action(slipped_call(script[slips[-1]])))
+        rewards = [env.step(canonical_action(a))[1] for a in oracle_script(env.data.tasks[tid], env.db.products)]
+        assert rewards[-1] == 1.0
+    with pytest.raises(ValueError, match="no id to slip"):
+        oracle_transcript(env, "cancel_000", slip_at=0)          # the greeting
+
+
+def test_a_slips_tokens_carry_no_loss_and_the_rest_is_the_clean_demonstration(micro_policy):
+    env = RetailEnv("eval-world:0", max_steps=60)
+    tok = micro_policy.tokenizer
+    kw = dict(tool_weight=0.25, value_weight=3.0, decision_weight=5.0)
+    clean = demonstration(micro_policy, env, "cancel_000", 0, 4096, **kw)
+    slips = [k for k, a in enumerate(oracle_script(env.data.tasks["cancel_000"])) if slipped_call(a) is not None]
+    for k in (slips[0], slips[-1]):     # a look-up, the write after its confirmation request
+        r = demonstration(micro_policy, env, "cancel_000", 0, 4096, slip_at=k, **kw)
+        learned = [(t, w) for t, m, w in zip(r.ids, r.mask, r.old_logp) if m]
+        assert learned == [(t, w) for t, m, w in zip(clean.ids, clean.mask, clean.old_logp) if m]
+        extra = tok.decode([t for t, m in zip(r.ids, r.mask) if not m])
+        assert "Error" in extra and "Error" not in tok.decode([t for t, m in zip(clean.ids, clean.mask) if not m])
+        assert len(r.ids) > len(clean.ids)
