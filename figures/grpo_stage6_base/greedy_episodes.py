@@ -10,6 +10,8 @@ python figures/grpo_stage6_base/greedy_episodes.py NAME TASK[,TASK...] LABEL=POL
                            with the base's config and tokenizer, not shipped; README.md here)
   out_of_turns_base.txt    the 29 tasks of failures_base.json whose cause is "out of turns"
                            "the shipped base=base-tiny" (README.md here, "No policy here recovers")
+  out_of_turns_slips7.txt  the 36 tasks of failures_slips7.json whose cause is "out of turns"
+                           "slips, seed 7, step 300=DIR" (DIR: that run's step_300/, not shipped)
 """
 import sys
 from pathlib import Path

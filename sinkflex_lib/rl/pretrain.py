@@ -219,7 +219,10 @@ PROFILES = {
     # answered with an error, no loss on it; the oracle's right call follows). Greedy on the 110
     # held-out tasks, no policy trained on the oracle's clean episodes solved more than 2 of its
     # 41-52 episodes with a failed call (figures/grpo_stage6_base/README.md, "No policy here
-    # recovers"); 300 steps, as the supervised comparison of seeds 7 and 8 without slips.
+    # recovers"); 300 steps, as the supervised comparison of seeds 7 and 8 without slips. Seed 7
+    # (20.7 minutes): 0.409 on the 110 tasks; teacher-forced, the oracle's call after its slip right
+    # in 66 and 39 of 110 (a look-up, the last call; the base: 18 and 9), but 0 of its 40 greedy
+    # episodes with a failed call of its own solved (figures/grpo_stage6_base/README.md, "slips").
     "slips": dict(induction_steps=0, copy_steps=0, steps=300, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8, slip_rate=0.5),
     # a ninth stage (not shipped): the lists stage with 4 request look-ups a step
