@@ -66,9 +66,12 @@ ARMS = [
     ("L10-P0 seed 2", "the same, seed 2", "6e7bfd6", "arm_L10P0_seed2_step30", None),
     ("L13", "no update: `make pretrain-lists` (list look-ups, then the `lists` profile twice; seeds 11, 12, 13), "
      "L10's recipe again", "6ba5f7d", "lists13_step400_eval_110", None),
-    ("L13-P0 seed 0", "P0 from L13", "b744e12", "arm_L13P0_seed0_step30", None),
-    ("L13-P0 seed 1", "the same, seed 1", "b744e12", "arm_L13P0_seed1_step30", None),
-    ("L13-P0 seed 2", "the same, seed 2", "b744e12", "arm_L13P0_seed2_step30", None),
+    ("L13-P0 seed 0", "P0 from L13", "b744e12", "arm_L13P0_seed0_step30",
+     "control_L13P0_seed0_step30"),
+    ("L13-P0 seed 1", "the same, seed 1", "b744e12", "arm_L13P0_seed1_step30",
+     "control_L13P0_seed1_step30"),
+    ("L13-P0 seed 2", "the same, seed 2", "b744e12", "arm_L13P0_seed2_step30",
+     "control_L13P0_seed2_step30"),
     ("W5-P0 seed 0", "P0, and an unsolved episode trains on half its write calls' argument match to the gold "
      "writes (write_credit=0.5)", "e900087", "arm_W5P0_seed0_step30", None),
     ("W5-P0 seed 1", "the same, seed 1", "e900087", "arm_W5P0_seed1_step30", None),
