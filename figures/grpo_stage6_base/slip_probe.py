@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 
 from sinkflex_lib.envs import RetailEnv
-from sinkflex_lib.envs.oracle import oracle_script, slipped_call
-from sinkflex_lib.rl.chat import END, oracle_transcript
+from sinkflex_lib.envs.oracle import slip_points
 from sinkflex_lib.rl.evaluate import balanced_task_ids
 from sinkflex_lib.rl.policy import build_policy
+from sinkflex_lib.rl.warmstart import demonstration
 from sinkflex_lib.tables import markdown_table
 
 SOURCE, MAX_TOKENS = "eval-world:0", 3072
@@ -24,22 +24,22 @@ SOURCE, MAX_TOKENS = "eval-world:0", 3072
 
 def call_right(policy, env, task_id: str, at: int, slip: bool) -> bool | None:
     """Whether the oracle's call `at` of its script is predicted whole, teacher-forced (after its
-    slip when `slip`); None when the episode is cut before it."""
-    tok = policy.tokenizer
-    prompt, turns = oracle_transcript(env, task_id, slip_at=at if slip else None)
-    target = at + 1 if slip else at
-    ids = tok(prompt, add_special_tokens=False)["input_ids"]
-    for k, (action, obs) in enumerate(turns):
-        act = tok(action, add_special_tokens=False)["input_ids"] + [policy.token_id(END)]
-        if k == target:
-            start, ids = len(ids), ids + act
-            break
-        ids = ids + act + tok(obs, add_special_tokens=False)["input_ids"]
-    if len(ids) > MAX_TOKENS:
+    slip when `slip`); None when the episode is cut before it. The episode is the pretraining's own
+    demonstration (`warmstart.demonstration`), whose learned turns are the oracle's in order (a
+    slip is not one of them), so the call is its learned turn number `at`."""
+    r = demonstration(policy, env, task_id, 0, MAX_TOKENS, slip_at=at if slip else None)
+    turns, start = [], None
+    for i, m in enumerate(r.mask + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            turns.append(range(start, i))
+            start = None
+    if at >= len(turns):
         return None
     with torch.no_grad():
-        pred = policy.model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].argmax(-1)
-    return all(int(pred[p - 1]) == ids[p] for p in range(start, len(ids)))
+        pred = policy.model(input_ids=torch.tensor([r.ids]), use_cache=False).logits[0].argmax(-1)
+    return all(int(pred[p - 1]) == r.ids[p] for p in turns[at])
 
 
 def rows_of(label: str, policy) -> list[dict]:
@@ -48,7 +48,7 @@ def rows_of(label: str, policy) -> list[dict]:
     for where, pick in (("a look-up (the first call with an id)", 0), ("the last call with an id (the write on write tasks)", -1)):
         counts = {False: [0, 0], True: [0, 0]}
         for tid in balanced_task_ids(SOURCE, 110):
-            calls = [k for k, a in enumerate(oracle_script(env.data.tasks[tid])) if slipped_call(a) is not None]
+            calls = slip_points(env.data.tasks[tid])
             for slip in (False, True):
                 right = call_right(policy, env, tid, calls[pick], slip)
                 if right is not None:

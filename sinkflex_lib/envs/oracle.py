@@ -179,6 +179,11 @@ def slipped_call(action: str) -> str | None:
     return None
 
 
+def slip_points(task: dict) -> list[int]:
+    """The indices in :func:`oracle_script` of `task`'s calls that have a slip (:func:`slipped_call`)."""
+    return [k for k, action in enumerate(oracle_script(task)) if slipped_call(action) is not None]
+
+
 def gold_replay_script(task: dict) -> list[str]:
     """Gold actions as JSON tool calls, a message with the communicate_info, then ###STOP###."""
     script = [tool_call_json(a) for a in gold_actions(task)]

@@ -63,7 +63,7 @@ import torch
 
 from ..envs import RetailEnv, load_source
 from ..envs.actions import argument_value_spans
-from ..envs.oracle import decision_spans, oracle_script, slipped_call, with_next_action
+from ..envs.oracle import decision_spans, slip_points, with_next_action
 from ..envs.data import world_source
 from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
@@ -287,8 +287,7 @@ class EpisodeStream:
         rng = np.random.default_rng([self.seed, e, SLIP_STREAM])
         if self.cfg.slip_rate == 0.0 or rng.random() >= self.cfg.slip_rate:
             return None
-        script = oracle_script(env.data.tasks[task_id])
-        calls = [k for k, action in enumerate(script) if slipped_call(action) is not None]
+        calls = slip_points(env.data.tasks[task_id])
         return int(rng.choice(calls)) if calls else None
 
     def induction(self, step: int, i: int) -> Rollout:

@@ -114,3 +114,11 @@ def test_a_slip_drops_the_last_digit_of_the_first_id_and_leaves_the_rest():
     for action in ("I'd be happy to help.", call("calculate", expression="1 + 2"), call("list_all_product_types"),
                    call("find_user_id_by_name_zip", first_name="Ann", last_name="Lee", zip="78701")):
         assert slipped_call(action) is None
+
+
+def test_slip_points_are_the_calls_with_an_id():
+    from sinkflex_lib.envs import RetailEnv
+    from sinkflex_lib.envs.oracle import oracle_script, slip_points
+    task = RetailEnv("eval-world:3").data.tasks["cancel_000"]
+    # greeting, find by e-mail, user, order, confirmation request, cancel, report (read by hand)
+    assert len(oracle_script(task)) == 7 and slip_points(task) == [1, 2, 3, 5]
