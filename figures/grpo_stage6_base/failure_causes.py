@@ -34,7 +34,8 @@ POLICIES = [("base", "the shipped base"), ("grpo_tiny_12e62f0", "GRPO, the cpu p
             *((f"W5P0_seed{s}", f"P0 with write credit 0.5, seed {s}, from the training world") for s in range(3)),
             ("L13", "L13: make pretrain-lists (list look-ups, then the lists stage twice; seeds 11, 12, 13)"),
             *((f"L13P0_seed{s}", f"P0 from L13, seed {s}, from the training world") for s in range(3)),
-            ("slips7", "slips: the variants stage with a failed call first in half its episodes (seed 7, 300 steps)")]
+            ("slips7", "slips: the variants stage with a failed call first in half its episodes (seed 7, 300 steps)"),
+            ("recover22", "recover: the variants stage with the base's own slips and the way back (seed 22, 300 steps)")]
 
 
 def play(stem: str, policy: str) -> None:

@@ -22,12 +22,13 @@ from sinkflex_lib.tables import markdown_table
 SOURCE, MAX_TOKENS = "eval-world:0", 3072
 
 
-def call_right(policy, env, task_id: str, at: int, slip: bool) -> bool | None:
+def call_right(policy, env, task_id: str, at: int, slip: bool, slip_text: str | None = None) -> bool | None:
     """Whether the oracle's call `at` of its script is predicted whole, teacher-forced (after its
-    slip when `slip`); None when the episode is cut before it. The episode is the pretraining's own
-    demonstration (`warmstart.demonstration`), whose learned turns are the oracle's in order (a
-    slip is not one of them), so the call is its learned turn number `at`."""
-    r = demonstration(policy, env, task_id, 0, MAX_TOKENS, slip_at=at if slip else None)
+    slip when `slip`: `slip_text`, or the oracle's own slip); None when the episode is cut before
+    it. The episode is the pretraining's own demonstration (`warmstart.demonstration`), whose
+    learned turns are the oracle's in order (a slip is not one of them), so the call is its
+    learned turn number `at`."""
+    r = demonstration(policy, env, task_id, 0, MAX_TOKENS, slip_at=at if slip else None, slip=slip_text)
     turns, start = [], None
     for i, m in enumerate(r.mask + [0]):
         if m and start is None:

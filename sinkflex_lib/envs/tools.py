@@ -520,6 +520,7 @@ TOOL_FUNCTIONS: dict[str, Callable] = {
 }
 TOOL_NAMES: tuple[str, ...] = tuple(TOOL_FUNCTIONS)
 WRITE_TOOLS: frozenset[str] = frozenset(n for n, f in TOOL_FUNCTIONS.items() if f.tool_kind == "write")
+READ_TOOLS: frozenset[str] = frozenset(n for n, f in TOOL_FUNCTIONS.items() if f.tool_kind == "read")
 
 
 ARGUMENTS: dict[str, type[pydantic.BaseModel]] = {n: arguments_model(f) for n, f in TOOL_FUNCTIONS.items()}

@@ -37,8 +37,9 @@ import json
 import re
 from pathlib import Path
 
-from ..envs.actions import ToolCall, format_call, parse_action
+from ..envs.actions import ParseError, ToolCall, format_call, parse_action
 from ..envs.render import compact
+from ..envs.tools import READ_TOOLS
 from ..paths import TOKENIZER_DIR
 from .tool_template import TOOL_CHAT_TEMPLATE, response_template
 
@@ -142,15 +143,16 @@ PIECE_PATTERN = r" ?[A-Za-z_]+|[0-9]{1,2}|[^A-Za-z0-9_]"
 
 
 def oracle_transcript(env, task_id: str, seed: int = 0, name_items: bool = True,
-                      slip_at: int | None = None) -> tuple[str, list[tuple[str, str]]]:
+                      slip_at: int | None = None, slip: str | None = None) -> tuple[str, list[tuple[str, str]]]:
     """The oracle episode of `task_id` as (prompt, [(action, observation_after), ...]).
 
     The prompt is the system text, greeting, first user message and <|assistant|>. name_items:
     confirmation requests name each item as tool results do (:func:`~sinkflex_lib.envs.oracle.describe_write`).
     slip_at: the index of one of the oracle's calls in its script; a slip of it
     (:func:`~sinkflex_lib.envs.oracle.slipped_call`, answered with an error) comes first, as turn
-    `slip_at`, and the episode goes on as the oracle's. A slip the environment does not refuse
-    raises ValueError.
+    `slip_at`, and the episode goes on as the oracle's. slip: another action there instead (a
+    policy's own, :mod:`.recovery`). A slip must leave the episode as it was: a refused call, an
+    unparsed action or a look-up; a message or a write that goes through raises ValueError.
     """
     from ..envs.oracle import oracle_script, slipped_call
     from .formats import compact_prompt
@@ -159,7 +161,7 @@ def oracle_transcript(env, task_id: str, seed: int = 0, name_items: bool = True,
     prompt = compact_prompt(env, obs, info)
     script = oracle_script(info["task"], env.db.products if name_items else None)
     if slip_at is not None:
-        slip = slipped_call(script[slip_at])
+        slip = slip if slip is not None else slipped_call(script[slip_at])
         if slip is None:
             raise ValueError(f"action {slip_at} of {task_id}'s script has no id to slip: {script[slip_at]!r}")
         script.insert(slip_at, slip)
@@ -167,12 +169,22 @@ def oracle_transcript(env, task_id: str, seed: int = 0, name_items: bool = True,
     for k, action in enumerate(script):
         action = canonical_action(action)
         obs, reward, term, trunc, info = env.step(action)
-        if k == slip_at and not info["tool_error"]:
-            raise ValueError(f"the slip {action!r} of {task_id} was not refused: {obs[:120]!r}")
+        if k == slip_at and not leaves_episode_as_it_was(info, term or trunc):
+            raise ValueError(f"the slip {action!r} of {task_id} changed the episode: {obs[:120]!r}")
         turns.append((action, render_observation(obs) if not (term or trunc) else ""))
         if term or trunc:
             break
     return prompt, turns
+
+
+def leaves_episode_as_it_was(info: dict, ended: bool) -> bool:
+    """Whether the action just stepped (`info` of its step) changed nothing the user saw, the
+    reward reads or a human would act on: a refused call, an unparsed action, or a look-up (a
+    tool of kind "read"; not a write, a transfer or ``calculate``), and the episode goes on."""
+    action = info["action"]
+    quiet = isinstance(action, ParseError) or (isinstance(action, ToolCall) and
+                                               (info["tool_error"] or action.name in READ_TOOLS))
+    return quiet and not ended
 
 
 def tokenizer_corpus(source: str = "mini", split: str = "train") -> list[str]:

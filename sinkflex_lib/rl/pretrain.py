@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import shutil
@@ -72,6 +73,7 @@ from .lookups import (call_lookup, flat_lookup, item_lookup, list_lookup, new_it
 from ..machine import THREADS_HELP, choose_threads
 from .policy import build_policy, num_parameters
 from .config import SEED, int_arg
+from .recovery import read_recoveries
 from .warmstart import demonstration
 from .rollout import Rollout, RolloutConfig, collate, token_logprobs
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_checkpoint_state, read_metrics, resume_state,
@@ -80,6 +82,7 @@ from .runstate import (ResumeError, append_metrics, load_checkpoint, read_checkp
 
 LOOKUP_KINDS = ("flat", "list")    # what the look-up phase trains on (`PretrainConfig.lookup_kind`)
 SLIP_STREAM = 7                     # the random stream of the slips, apart from every other draw of a run
+RECOVERY_STREAM = 8                 # the order of the recovery records
 
 
 @dataclass
@@ -118,6 +121,8 @@ class PretrainConfig:
     decision_weight: float = 1.0     # loss weight of what a request decides: which write, a cancel's reason, and
                                      # (since the shipped base) the argument values as the confirmation states them
     slip_rate: float = 0.0           # share of whole episodes with a failed call first (:meth:`EpisodeStream.slip_of`)
+    recoveries: str | None = None    # a JSONL of a policy's own slips (:mod:`.recovery`), whose demonstrations ...
+    recovery_mix: int = 0            # ... join every episode step, this many (:meth:`EpisodeStream.recoveries`)
     episodes_per_world: int = 200
     eval_world_seed: int = 0
     eval_every: int = 500
@@ -131,6 +136,8 @@ class PretrainConfig:
             raise ValueError(f"lookup_kind must be one of {LOOKUP_KINDS}, got {self.lookup_kind!r}")
         if not 0.0 <= self.slip_rate <= 1.0:
             raise ValueError(f"slip_rate must lie in [0, 1], got {self.slip_rate!r}")
+        if self.recovery_mix and not self.recoveries:
+            raise ValueError("recovery_mix needs a file of recoveries (--recoveries)")
 
 
 PROFILES = {
@@ -225,6 +232,12 @@ PROFILES = {
     # episodes with a failed call of its own solved (figures/grpo_stage6_base/README.md, "slips").
     "slips": dict(induction_steps=0, copy_steps=0, steps=300, lr=7e-4, warmup=50, decision_weight=5.0,
                   max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8, slip_rate=0.5),
+    # recovery from the policy's own slips (not shipped; ``--init`` the shipped base, ``--recoveries``
+    # a file of that base's slips on training worlds of another seed, :mod:`.recovery`): the variants
+    # stage's episodes, 4 a step, and 4 demonstrations of the way back from the base's own first
+    # slip (its action, no loss on it, then the oracle's), as long as the slips stage.
+    "recover": dict(induction_steps=0, copy_steps=0, steps=300, lr=7e-4, warmup=50, decision_weight=5.0,
+                    max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8, batch=4, recovery_mix=4),
     # a ninth stage (not shipped): the lists stage with 4 request look-ups a step
     # (:func:`.lookups.request_lookup`: a user's request of 1-3 items of an order, then the
     # confirmation request that states them), ``--init`` the lists stage's last step. After it the
@@ -260,6 +273,8 @@ class EpisodeStream:
     def __init__(self, policy, cfg: PretrainConfig, seed: int):
         self.policy, self.cfg, self.seed = policy, cfg, seed
         self._env: tuple[int, RetailEnv, list[str]] | None = None
+        self._records = read_recoveries(cfg.recoveries) if cfg.recovery_mix else []
+        self._record_envs: dict[str, RetailEnv] = {}
 
     def _world(self, k: int) -> tuple[RetailEnv, list[str]]:
         if self._env is None or self._env[0] != k:
@@ -320,7 +335,24 @@ class EpisodeStream:
             return self.lookups(step), phase
         first = episodes_before(c, step)
         n = c.copy_batch if phase == "copy" else c.batch
-        return [self.example(first + i, phase == "copy") for i in range(n)], phase
+        episodes = [self.example(first + i, phase == "copy") for i in range(n)]
+        return episodes + (self.recoveries(step) if phase == "episodes" else []), phase
+
+    def recoveries(self, step: int) -> list[Rollout]:
+        """The `recovery_mix` recovery demonstrations of episode step `step` (counted from the
+        phase's start): the records in a fixed shuffle per pass over them, a pure function of
+        (seed, step); each the oracle's episode with the policy's slip before the oracle's action
+        it stood in for (:func:`~.warmstart.demonstration`)."""
+        c, n = self.cfg, len(self._records)
+        out = []
+        for j in range((step - episodes_start(c)) * c.recovery_mix, (step - episodes_start(c) + 1) * c.recovery_mix):
+            order = np.random.default_rng([self.seed, j // n, RECOVERY_STREAM]).permutation(n)
+            rec = self._records[order[j % n]]
+            env = self._record_envs.setdefault(rec["source"], RetailEnv(rec["source"], max_steps=60))
+            out.append(demonstration(self.policy, env, rec["task_id"], rec["seed"], c.max_tokens,
+                                     tool_weight=c.tool_loss_weight, value_weight=c.value_weight,
+                                     decision_weight=c.decision_weight, slip_at=rec["slip_at"], slip=rec["slip"]))
+        return out
 
     def lookups(self, step: int) -> list[Rollout]:
         """The `lookup_batch` look-ups of step `step` of the look-up phase: flat records, or list
@@ -367,7 +399,12 @@ def phase_of(cfg: PretrainConfig, step: int) -> str:
         return "induction"
     if step < cfg.induction_steps + cfg.lookup_steps:
         return "lookup"
-    return "copy" if step < cfg.induction_steps + cfg.lookup_steps + cfg.copy_steps else "episodes"
+    return "copy" if step < episodes_start(cfg) else "episodes"
+
+
+def episodes_start(cfg: PretrainConfig) -> int:
+    """The first step of the episode phase."""
+    return cfg.induction_steps + cfg.lookup_steps + cfg.copy_steps
 
 
 def episodes_before(cfg: PretrainConfig, step: int) -> int:
@@ -541,6 +578,8 @@ def pretrain(cfg: PretrainConfig, out_dir, seed: int = 0, resume: bool = False, 
     policy = build_policy(cfg.init or cfg.policy, seed=seed)
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     conf = {"seed": seed, **json.loads(json.dumps(dataclasses.asdict(cfg)))}
+    if cfg.recoveries:   # resume checks the records too
+        conf["recoveries_sha256"] = hashlib.sha256(Path(cfg.recoveries).read_bytes()).hexdigest()
     start = 0
     if resume:   # all checks first (ResumeError touches nothing)
         state = load_checkpoint(ckpt, policy, opt, resume_state(out_dir, conf, log=log))
@@ -725,13 +764,19 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int_arg(1), default=None, help=THREADS_HELP)
     ap.add_argument("--init", default=None, metavar="DIR",
                     help="start from this policy directory, or a run folder's last step_<N>/, instead of random weights")
+    ap.add_argument("--recoveries", default=None, metavar="FILE",
+                    help="a JSONL of a policy's slips (python -m sinkflex_lib.rl.recovery), for profile recover")
     ap.add_argument("--ship", default=None, metavar="DEST",
                     help="after training, export the selected step (select_step) to DEST with a manifest")
     args = ap.parse_args(argv)
     log = lambda m: print(m, flush=True)  # noqa: E731
     choose_threads(args.threads, log)
-    over = {k: v for k, v in (("steps", args.steps), ("init", last_step_dir(args.init))) if v is not None}
-    cfg = PretrainConfig(**{**PROFILES[args.profile], **over})
+    over = {k: v for k, v in (("steps", args.steps), ("init", last_step_dir(args.init)),
+                              ("recoveries", args.recoveries and str(Path(args.recoveries).resolve()))) if v is not None}
+    try:
+        cfg = PretrainConfig(**{**PROFILES[args.profile], **over})
+    except ValueError as e:
+        ap.error(str(e))
     try:
         done = args.resume and read_checkpoint_state(Path(args.out) / "checkpoint")["step"] >= cfg.steps
         if not done:

@@ -25,7 +25,7 @@ from .rollout import Rollout, collate, token_logprobs
 
 def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_tokens: int = 4096,
                   tool_weight: float = 0.0, drop_system: bool = False, value_weight: float = 1.0,
-                  decision_weight: float = 1.0, slip_at: int | None = None) -> Rollout:
+                  decision_weight: float = 1.0, slip_at: int | None = None, slip: str | None = None) -> Rollout:
     """The oracle episode of `task_id` as a rollout layout (mask 1 on agent tokens), cut at
     the last whole agent turn that fits in `max_tokens`. A demonstration has no sampling
     log-probs: its `old_logp` field carries each token's loss weight instead (1 on agent tokens,
@@ -36,11 +36,12 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
     0 elsewhere), so `collate` pads it. drop_system: leave out the system message (pretraining's
     copy curriculum). slip_at: a failed call before the oracle's call `slip_at` of its script
     (:func:`~sinkflex_lib.rl.chat.oracle_transcript`), context without loss (mask and weight 0), its
-    error message weighted as a tool result: what follows a failed call is the oracle's right turn."""
+    error message weighted as a tool result: what follows a failed call is the oracle's right turn.
+    slip: that action instead of the oracle's own slip (a policy's, :mod:`.recovery`)."""
     tok = policy.tokenizer
     end_id, tool_id = policy.token_id(END), policy.token_id(TOOL)
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    prompt, turns = oracle_transcript(env, task_id, seed=seed, slip_at=slip_at)
+    prompt, turns = oracle_transcript(env, task_id, seed=seed, slip_at=slip_at, slip=slip)
     ids = enc(prompt)
     r = Rollout(task_id, seed)
     for t in (ids[ids.index(end_id) + 1:] if drop_system else ids):

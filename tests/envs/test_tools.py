@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sinkflex_lib.envs.tools import TOOL_NAMES, WRITE_TOOLS, call_tool
+from sinkflex_lib.envs.tools import READ_TOOLS, TOOL_NAMES, WRITE_TOOLS, call_tool
 
 
 def ok(db, name, **args):
@@ -27,6 +27,9 @@ def test_sixteen_tools():
                            "modify_pending_order_address", "modify_pending_order_items",
                            "modify_pending_order_payment", "modify_user_address",
                            "return_delivered_order_items"}
+    assert READ_TOOLS == {"find_user_id_by_email", "find_user_id_by_name_zip", "get_item_details",
+                          "get_order_details", "get_product_details", "get_user_details", "list_all_product_types"}
+    assert set(TOOL_NAMES) - READ_TOOLS - WRITE_TOOLS == {"calculate", "transfer_to_human_agents"}
 
 
 def test_unknown_tool_and_bad_arguments(tiny_db):

@@ -2,6 +2,10 @@
 
 import torch
 
+from sinkflex_lib.envs.oracle import oracle_script
+from sinkflex_lib.rl.chat import END, canonical_action
+from sinkflex_lib.rl.policy import Policy
+
 
 class ForcedTokens(torch.nn.Module):
     """A 'model' that emits a fixed token list, one token per forward (batch of one)."""
@@ -16,3 +20,15 @@ class ForcedTokens(torch.nn.Module):
         logits[:, :, self.tokens[min(self.i, len(self.tokens) - 1)]] = 1e4
         self.i += 1
         return type("Out", (), {"logits": logits})()
+
+
+def forced_oracle(policy, task: dict, insert: dict | None = None, products: dict | None = None) -> Policy:
+    """A policy that emits the oracle's tokens for `task` (compact format; confirmation requests
+    name items by `products` if given); `insert` maps an index of the oracle's actions to an
+    action emitted before it."""
+    tok, actions = policy.tokenizer, oracle_script(task, products)
+    for at, action in sorted((insert or {}).items(), reverse=True):
+        actions.insert(at, action)
+    script = [t for a in actions
+              for t in tok(canonical_action(a), add_special_tokens=False)["input_ids"] + [policy.token_id(END)]]
+    return Policy(ForcedTokens(script, len(tok)), tok, "forced")

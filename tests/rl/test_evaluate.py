@@ -8,13 +8,11 @@ import pytest
 from sinkflex_lib.envs import RetailEnv
 from sinkflex_lib.envs.reward import gold_actions
 from sinkflex_lib.envs.tools import WRITE_TOOLS
-from sinkflex_lib.envs.oracle import oracle_script
 from sinkflex_lib.rl import evaluate as ev
-from sinkflex_lib.rl.chat import END, canonical_action, oracle_transcript
-from sinkflex_lib.rl.policy import Policy
+from sinkflex_lib.rl.chat import oracle_transcript
 from sinkflex_lib.rl.rollout import RolloutConfig, rollout_batch
 
-from .forced import ForcedTokens
+from .forced import forced_oracle as _forced_oracle
 
 WORLD = "eval-world:3"
 
@@ -64,17 +62,6 @@ def test_evaluate_command_prints_the_json_of_a_micro_policy(capsys):
     assert res["do_nothing_mean_at_1"] == pytest.approx(2 / 11)     # one refuse, one transfer task
     assert res["n_write_tasks"] == sum(v["write"] for v in res["per_kind"].values())
     assert res["mean_at_1"] == pytest.approx(sum(res["per_task"].values()) / 11)
-
-
-def _forced_oracle(policy, task: dict, insert: dict | None = None) -> Policy:
-    """A policy that emits the oracle's tokens for `task` (compact format); `insert` maps an index of
-    the oracle's actions to an action emitted before it."""
-    tok, actions = policy.tokenizer, oracle_script(task)
-    for at, action in sorted((insert or {}).items(), reverse=True):
-        actions.insert(at, action)
-    script = [t for a in actions
-              for t in tok(canonical_action(a), add_special_tokens=False)["input_ids"] + [policy.token_id(END)]]
-    return Policy(ForcedTokens(script, len(tok)), tok, "forced")
 
 
 def test_the_writes_made_are_counted_per_kind(micro_policy):

@@ -352,3 +352,62 @@ def test_slips_come_at_their_rate_before_a_call_with_an_id_and_only_in_whole_epi
     assert always.example(0, short=True).ids == never.example(0, short=True).ids   # the copy curriculum: none
     with pytest.raises(ValueError, match="slip_rate"):
         pt.PretrainConfig(slip_rate=1.5)
+
+
+def _recovery_file(path, n: int = 6) -> list[dict]:
+    """n recovery records by hand: the oracle's own slip before the first call of n tasks."""
+    from sinkflex_lib.envs import RetailEnv
+    from sinkflex_lib.envs.oracle import oracle_script, slip_points, slipped_call
+    src = "train-world:5000000"
+    env = RetailEnv(src)
+    rows = []
+    for tid in list(env.data.tasks)[:n]:
+        k = slip_points(env.data.tasks[tid])[0]
+        rows.append({"source": src, "task_id": tid, "seed": 0, "slip_at": k,
+                     "slip": slipped_call(oracle_script(env.data.tasks[tid])[k])})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def test_recoveries_join_each_episode_step_once_a_pass_in_a_fixed_shuffle(micro_policy, tmp_path):
+    from sinkflex_lib.envs import RetailEnv
+    from sinkflex_lib.rl.warmstart import demonstration
+    rows = _recovery_file(tmp_path / "r.jsonl")
+    cfg = pt.PretrainConfig(**{**pt.PROFILES["smoke"], "recoveries": str(tmp_path / "r.jsonl"), "recovery_mix": 2})
+    stream, again = pt.EpisodeStream(micro_policy, cfg, 0), pt.EpisodeStream(micro_policy, cfg, 0)
+    first = pt.episodes_start(cfg)
+    assert len(stream.batch(first - 1)[0]) == cfg.copy_batch                    # none in the copy curriculum
+    env = RetailEnv(rows[0]["source"], max_steps=60)
+    expected = {r["task_id"]: demonstration(micro_policy, env, r["task_id"], 0, cfg.max_tokens,
+                                            tool_weight=cfg.tool_loss_weight, value_weight=cfg.value_weight,
+                                            decision_weight=cfg.decision_weight, slip_at=r["slip_at"],
+                                            slip=r["slip"]).ids for r in rows}
+    seen = []
+    for step in range(first, first + 3):                   # 3 steps x 2 = one pass over the 6 records
+        examples, phase = stream.batch(step)
+        assert phase == "episodes" and len(examples) == cfg.batch + 2
+        assert [x.ids for x in examples] == [x.ids for x in again.batch(step)[0]]
+        for x in examples[cfg.batch:]:
+            assert x.ids == expected[x.task_id]
+            seen.append(x.task_id)
+    assert sorted(seen) == sorted(r["task_id"] for r in rows) and seen != [r["task_id"] for r in rows]
+    with pytest.raises(ValueError, match="recovery_mix needs"):
+        pt.PretrainConfig(recovery_mix=2)
+
+
+def test_a_run_with_recoveries_resumes_only_on_the_same_records(tmp_path):
+    _recovery_file(tmp_path / "r.jsonl", 2)
+    cfg = dataclasses.replace(SMOKE, recoveries=str(tmp_path / "r.jsonl"), recovery_mix=1)
+    pt.pretrain(cfg, tmp_path / "run", log=lambda m: None, stop_after=5)
+    train = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(train[0]["recoveries_sha256"]) == 64
+    (tmp_path / "r.jsonl").write_text((tmp_path / "r.jsonl").read_text().splitlines()[0] + "\n")
+    with pytest.raises(ResumeError, match="recoveries_sha256"):
+        pt.pretrain(cfg, tmp_path / "run", resume=True, log=lambda m: None)
+
+
+def test_the_recover_profile_asks_for_its_records(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        pt.main(["--profile", "recover", "--out", str(tmp_path / "run")])
+    assert "recovery_mix needs a file of recoveries" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
