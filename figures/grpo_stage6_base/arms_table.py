@@ -1,5 +1,5 @@
 """Every GRPO arm from the shipped stage-6 base, or from a policy pretrained further from it (the S7, L9,
-R10, L10 and L13 rows, each started by its no-update row), that was scored on all 110 tasks of eval-world:0,
+R10, L10, L13 and R22 rows, each started by its no-update row), that was scored on all 110 tasks of eval-world:0,
 beside its shuffled-reward control where one ran: writes arms_table.md from the *_110_tasks.json
 files in this folder.
 
@@ -10,7 +10,8 @@ with val_tasks=110: the `cpu` profile's budgets, 12 turns). The rows of the ship
 supervised comparison's seed-7 policy, where the S7 rows start) are the evaluate command's output
 with the same budgets (pass_at_k_base.json, pass_at_k_supervised_seed7.json; its greedy rewards equal
 the trainer's validation, task by task), as are L9's, R10's, L10's and L13's (lists9_step400_eval_110.json,
-requests10_step400_eval_110.json, lists10_step400_eval_110.json, lists13_step400_eval_110.json).
+requests10_step400_eval_110.json, lists10_step400_eval_110.json, lists13_step400_eval_110.json), and R22's
+is failure_causes.py's (failures_recover22.json, the same budgets).
 How each arm ran: README.md in this folder.
 """
 import json
@@ -79,6 +80,9 @@ ARMS = [
     ("W5 seed 0", "write_credit=0.5 alone (negative advantages kept)", "e900087", "arm_W5_seed0_step30", None),
     ("W5 seed 1", "the same, seed 1", "e900087", "arm_W5_seed1_step30", None),
     ("W5 seed 2", "the same, seed 2", "e900087", "arm_W5_seed2_step30", None),
+    ("R22", "no update: the `recover` stage (the base's own slips, then the oracle's way back; seed 22, 300 steps)",
+     "6442a13", "failures_recover22", None),
+    ("R22-P0 seed 0", "P0 from R22", "6442a13", "arm_R22P0_seed0_step30", "control_R22P0_seed0_step30"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
