@@ -83,12 +83,14 @@ ARMS = [
     ("R22", "no update: the `recover` stage (the base's own slips, then the oracle's way back; seed 22, 300 steps)",
      "6442a13", "failures_recover22", None),
     ("R22-P0 seed 0", "P0 from R22", "6442a13", "arm_R22P0_seed0_step30", "control_R22P0_seed0_step30"),
+    ("R22-P0 seed 1", "the same, seed 1", "cb318fd", "arm_R22P0_seed1_step30", "control_R22P0_seed1_step30"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
                "L9-P0": [f"L9-P0 seed {s}" for s in range(3)], "R10-P0": [f"R10-P0 seed {s}" for s in range(3)],
                "L10-P0": [f"L10-P0 seed {s}" for s in range(3)], "L13-P0": [f"L13-P0 seed {s}" for s in range(3)],
-               "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)]}
+               "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)],
+               "R22-P0": [f"R22-P0 seed {s}" for s in range(2)]}
 
 
 def scores(stem: str | None) -> tuple[float, float] | None:

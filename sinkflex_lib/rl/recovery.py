@@ -97,13 +97,16 @@ def main(argv=None) -> int:
     choose_threads(args.threads, print)
     policy = build_policy(args.policy)
     cfg = RolloutConfig(max_turns=args.max_turns, temperature=args.temperature)
-    rows = []
-    for k in range(args.worlds):
-        source = train_world(args.seed, k)
-        rows += collect_recoveries(policy, source, list(load_source(source).tasks)[:args.tasks], cfg,
-                                   log=lambda line: print(line, file=sys.stderr, flush=True))
-    Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    print(f"{len(rows)} recovery records -> {args.out}")
+    n = 0
+    with open(args.out, "w") as out:      # world by world: a crash keeps the worlds done
+        for k in range(args.worlds):
+            source = train_world(args.seed, k)
+            rows = collect_recoveries(policy, source, list(load_source(source).tasks)[:args.tasks], cfg,
+                                      log=lambda line: print(line, file=sys.stderr, flush=True))
+            out.write("".join(json.dumps(r) + "\n" for r in rows))
+            out.flush()
+            n += len(rows)
+    print(f"{n} recovery records -> {args.out}")
     return 0
 
 
