@@ -31,7 +31,7 @@ from sinkflex_lib.rl.warmstart import demonstration
 from sinkflex_lib.tables import markdown_table
 
 sys.path.insert(0, str(Path(__file__).parent))
-from slip_probe import MAX_TOKENS, SOURCE, call_right  # noqa: E402
+from slip_probe import MAX_TOKENS, SOURCE, call_right, learned_turns  # noqa: E402
 
 HERE = Path(__file__).parent
 SLIPS = HERE / "own_slips_base.jsonl"
@@ -72,11 +72,10 @@ def first_error(policy, env, rec: dict) -> tuple[str, bool] | None:
     there continues the slip's own text; None when the action is right or cut off."""
     tok = policy.tokenizer
     r = demonstration(policy, env, rec["task_id"], 0, MAX_TOKENS, slip_at=rec["slip_at"], slip=rec["slip"])
-    starts = [i for i, m in enumerate(r.mask) if m and (i == 0 or not r.mask[i - 1])]
-    if rec["slip_at"] >= len(starts):
+    turns = learned_turns(r.mask)
+    if rec["slip_at"] >= len(turns):
         return None
-    start = starts[rec["slip_at"]]
-    end = next((i for i in range(start, len(r.mask)) if not r.mask[i]), len(r.mask))
+    start, end = turns[rec["slip_at"]].start, turns[rec["slip_at"]].stop
     with torch.no_grad():
         pred = policy.model(input_ids=torch.tensor([r.ids[:end]]), use_cache=False).logits[0].argmax(-1)
     wrong = next((p for p in range(start, end) if int(pred[p - 1]) != r.ids[p]), None)

@@ -22,6 +22,18 @@ from sinkflex_lib.tables import markdown_table
 SOURCE, MAX_TOKENS = "eval-world:0", 3072
 
 
+def learned_turns(mask: list[int]) -> list[range]:
+    """The token positions of each learned (mask-1) turn of a demonstration, in order."""
+    turns, start = [], None
+    for i, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            turns.append(range(start, i))
+            start = None
+    return turns
+
+
 def call_right(policy, env, task_id: str, at: int, slip: bool, slip_text: str | None = None) -> bool | None:
     """Whether the oracle's call `at` of its script is predicted whole, teacher-forced (after its
     slip when `slip`: `slip_text`, or the oracle's own slip); None when the episode is cut before
@@ -29,13 +41,7 @@ def call_right(policy, env, task_id: str, at: int, slip: bool, slip_text: str | 
     learned turns are the oracle's in order (a slip is not one of them), so the call is its
     learned turn number `at`."""
     r = demonstration(policy, env, task_id, 0, MAX_TOKENS, slip_at=at if slip else None, slip=slip_text)
-    turns, start = [], None
-    for i, m in enumerate(r.mask + [0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            turns.append(range(start, i))
-            start = None
+    turns = learned_turns(r.mask)
     if at >= len(turns):
         return None
     with torch.no_grad():

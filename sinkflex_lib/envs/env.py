@@ -20,11 +20,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from .actions import Action, Message, ToolCall, format_call, parse_action
+from .actions import Action, Message, ParseError, ToolCall, format_call, parse_action
 from .data import RetailData, load_source
 from .reward import evaluate
 from .schemas import tool_schemas
-from .tools import call_tool
+from .tools import READ_TOOLS, call_tool
 from .users import UserSimulator, make_user
 
 GREETING = "Hi! How can I help you today?"
@@ -160,3 +160,14 @@ class RetailEnv(gym.Env):
         if self.render_mode == "ansi":
             return "\n".join(f"{m['role']}: {m['content']}" for m in self.messages)
         return None
+
+
+def changes_nothing(info: dict, ended: bool) -> bool:
+    """Whether the action just stepped (`info` of its :meth:`RetailEnv.step`; `ended`: the episode
+    ended with it) changed nothing the user saw, the reward reads or a human would act on: a
+    refused call, an unparsed action, or a look-up (a tool of kind "read"; not a write, a transfer
+    or ``calculate``), and the episode goes on."""
+    action = info["action"]
+    quiet = isinstance(action, ParseError) or (isinstance(action, ToolCall) and
+                                               (info["tool_error"] or action.name in READ_TOOLS))
+    return quiet and not ended

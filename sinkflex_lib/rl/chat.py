@@ -37,9 +37,8 @@ import json
 import re
 from pathlib import Path
 
-from ..envs.actions import ParseError, ToolCall, format_call, parse_action
+from ..envs.actions import ToolCall, format_call, parse_action
 from ..envs.render import compact
-from ..envs.tools import READ_TOOLS
 from ..paths import TOKENIZER_DIR
 from .tool_template import TOOL_CHAT_TEMPLATE, response_template
 
@@ -148,12 +147,13 @@ def oracle_transcript(env, task_id: str, seed: int = 0, name_items: bool = True,
 
     The prompt is the system text, greeting, first user message and <|assistant|>. name_items:
     confirmation requests name each item as tool results do (:func:`~sinkflex_lib.envs.oracle.describe_write`).
-    slip_at: the index of one of the oracle's calls in its script; a slip of it
+    slip_at: the index of one of the oracle's actions in its script; a slip of it
     (:func:`~sinkflex_lib.envs.oracle.slipped_call`, answered with an error) comes first, as turn
     `slip_at`, and the episode goes on as the oracle's. slip: another action there instead (a
     policy's own, :mod:`.recovery`). A slip must leave the episode as it was: a refused call, an
     unparsed action or a look-up; a message or a write that goes through raises ValueError.
     """
+    from ..envs.env import changes_nothing
     from ..envs.oracle import oracle_script, slipped_call
     from .formats import compact_prompt
 
@@ -169,22 +169,12 @@ def oracle_transcript(env, task_id: str, seed: int = 0, name_items: bool = True,
     for k, action in enumerate(script):
         action = canonical_action(action)
         obs, reward, term, trunc, info = env.step(action)
-        if k == slip_at and not leaves_episode_as_it_was(info, term or trunc):
+        if k == slip_at and not changes_nothing(info, term or trunc):
             raise ValueError(f"the slip {action!r} of {task_id} changed the episode: {obs[:120]!r}")
         turns.append((action, render_observation(obs) if not (term or trunc) else ""))
         if term or trunc:
             break
     return prompt, turns
-
-
-def leaves_episode_as_it_was(info: dict, ended: bool) -> bool:
-    """Whether the action just stepped (`info` of its step) changed nothing the user saw, the
-    reward reads or a human would act on: a refused call, an unparsed action, or a look-up (a
-    tool of kind "read"; not a write, a transfer or ``calculate``), and the episode goes on."""
-    action = info["action"]
-    quiet = isinstance(action, ParseError) or (isinstance(action, ToolCall) and
-                                               (info["tool_error"] or action.name in READ_TOOLS))
-    return quiet and not ended
 
 
 def tokenizer_corpus(source: str = "mini", split: str = "train") -> list[str]:

@@ -140,6 +140,10 @@ class PretrainConfig:
             raise ValueError("recovery_mix needs a file of recoveries (--recoveries)")
 
 
+# the stage-6 profile (below), the one the later stages from the shipped base vary
+VARIANTS = dict(induction_steps=0, copy_steps=0, steps=800, lr=7e-4, warmup=50, decision_weight=5.0,
+                max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8)
+
 PROFILES = {
     "smoke": dict(policy="micro", steps=6, induction_steps=1, induction_batch=2, induction_len=6, induction_gap=3,
                   induction_alphabets=(3, 0), lookup_steps=1, lookup_batch=2, lookup_mix=1,
@@ -188,8 +192,7 @@ PROFILES = {
     # id token of 1 of 23 new items right in an exchange's or item change's confirmation
     # (teacher-forced), 30 of 37 items already bought (EXPERIMENTS.md, section 2). lr as stage 5. Shipped at
     # 4456670: new items 2 -> 7 of 32 (first tokens, another count), mean@1 0.345 -> 0.391 on 110 tasks.
-    "variants": dict(induction_steps=0, copy_steps=0, steps=800, lr=7e-4, warmup=50, decision_weight=5.0,
-                     max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8),
+    "variants": VARIANTS,
     # a seventh stage (``--init`` the shipped stage-6 base): its episodes with 8 call look-ups a step
     # (:func:`.lookups.call_lookup`: the write call after its confirmation request), 2 item, 4
     # new-item and 2 world look-ups (the product a user's words name: product ids in calls 25%).
@@ -230,14 +233,12 @@ PROFILES = {
     # (20.7 minutes): 0.409 on the 110 tasks; teacher-forced, the oracle's call after its slip right
     # in 66 and 39 of 110 (a look-up, the last call; the base: 18 and 9), but 0 of its 40 greedy
     # episodes with a failed call of its own solved (figures/grpo_stage6_base/README.md, "slips").
-    "slips": dict(induction_steps=0, copy_steps=0, steps=300, lr=7e-4, warmup=50, decision_weight=5.0,
-                  max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8, slip_rate=0.5),
+    "slips": {**VARIANTS, "steps": 300, "slip_rate": 0.5},
     # recovery from the policy's own slips (not shipped; ``--init`` the shipped base, ``--recoveries``
     # a file of that base's slips on training worlds of another seed, :mod:`.recovery`): the variants
     # stage's episodes, 4 a step, and 4 demonstrations of the way back from the base's own first
     # slip (its action, no loss on it, then the oracle's), as long as the slips stage.
-    "recover": dict(induction_steps=0, copy_steps=0, steps=300, lr=7e-4, warmup=50, decision_weight=5.0,
-                    max_tokens=3072, item_lookup_mix=4, new_item_lookup_mix=8, batch=4, recovery_mix=4),
+    "recover": {**VARIANTS, "steps": 300, "batch": 4, "recovery_mix": 4},
     # a ninth stage (not shipped): the lists stage with 4 request look-ups a step
     # (:func:`.lookups.request_lookup`: a user's request of 1-3 items of an order, then the
     # confirmation request that states them), ``--init`` the lists stage's last step. After it the

@@ -5,7 +5,7 @@ make a failed call (figures/grpo_stage6_base/README.md, "No policy here recovers
 pretraining on the oracle's own slips (`PretrainConfig.slip_rate`) did not carry over to the
 policy's slips, which are other mistakes: wrong copies, broken arguments. Here the states come
 from the policy itself: play it on a training world's tasks, and where its episode first leaves
-the oracle's script with an action that changes nothing (:func:`~.chat.leaves_episode_as_it_was`:
+the oracle's script with an action that changes nothing (:func:`~sinkflex_lib.envs.env.changes_nothing`:
 a refused call, an unparsed action, a look-up of the wrong record), the oracle's episode with that
 action put in before the oracle's next one is a demonstration of the way back
 (:func:`~.warmstart.demonstration` with `slip`; no loss on the policy's action).
@@ -26,8 +26,8 @@ from pathlib import Path
 from ..envs import RetailEnv
 from ..envs.actions import parse_action
 from ..envs.data import load_source
+from ..envs.env import changes_nothing
 from ..envs.oracle import oracle_script
-from .chat import canonical_action, leaves_episode_as_it_was
 from .rollout import RolloutConfig, rollout_batch
 
 
@@ -37,14 +37,12 @@ def recovery_point(env: RetailEnv, task_id: str, actions: list[str], seed: int =
     action leaves the episode as it was; None if the episode follows the script throughout or
     first leaves it otherwise (a message, a write that goes through, an action that ends it)."""
     _, info = env.reset(seed=seed, options={"task_id": task_id})
-    script = [parse_action(canonical_action(a)) for a in oracle_script(info["task"], env.db.products)]
-    for k, action in enumerate(actions):
+    script = [parse_action(a) for a in oracle_script(info["task"], env.db.products)]
+    for k, (action, oracle) in enumerate(zip(actions, script)):
         parsed = parse_action(action)
-        if k >= len(script):
-            return None
-        if parsed != script[k]:
+        if parsed != oracle:
             _, _, term, trunc, info = env.step(parsed)
-            return (k, action) if leaves_episode_as_it_was(info, term or trunc) else None
+            return (k, action) if changes_nothing(info, term or trunc) else None
         env.step(parsed)
     return None
 

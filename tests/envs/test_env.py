@@ -73,3 +73,26 @@ def test_user_instance_and_bad_arguments():
         RetailEnv(max_steps=0)
     with pytest.raises(RuntimeError, match="reset"):
         RetailEnv().step("hi")
+
+
+def test_changes_nothing_is_a_refused_call_an_unparsed_action_or_a_look_up():
+    from sinkflex_lib.envs.env import changes_nothing
+    from sinkflex_lib.envs.oracle import oracle_script
+    env = RetailEnv("eval-world:3", max_steps=60)
+    _, info = env.reset(seed=0, options={"task_id": "cancel_000"})
+    write = next(a for a in oracle_script(info["task"]) if "cancel_pending_order" in a)
+    order = write.split('"order_id": "')[1].split('"')[0]
+    cases = [("get_order_details(order_id='#W0000000')", True),      # refused
+             ("get_order_details(order_id='#W1", True),                # unparsed
+             (f"get_order_details(order_id='{order}')", True),        # a look-up that goes through
+             ("calculate(expression='1+1')", False),                   # neither a look-up nor refused
+             ("Hello?", False),                                        # the user answers
+             (write, False),                                           # a write that goes through
+             ("transfer_to_human_agents(summary='x')", False)]
+    for action, quiet in cases:
+        env.reset(seed=0, options={"task_id": "cancel_000"})
+        _, _, term, trunc, info = env.step(action)
+        assert changes_nothing(info, term or trunc) is quiet, action
+    env.reset(seed=0, options={"task_id": "cancel_000"})
+    _, _, term, trunc, info = env.step("###STOP###")                  # ends the episode
+    assert term and not changes_nothing(info, True)
