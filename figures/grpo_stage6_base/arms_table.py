@@ -10,8 +10,9 @@ with val_tasks=110: the `cpu` profile's budgets, 12 turns). The rows of the ship
 supervised comparison's seed-7 policy, where the S7 rows start) are the evaluate command's output
 with the same budgets (pass_at_k_base.json, pass_at_k_supervised_seed7.json; its greedy rewards equal
 the trainer's validation, task by task), as are L9's, R10's, L10's and L13's (lists9_step400_eval_110.json,
-requests10_step400_eval_110.json, lists10_step400_eval_110.json, lists13_step400_eval_110.json), and R22's
-is failure_causes.py's (failures_recover22.json, the same budgets).
+requests10_step400_eval_110.json, lists10_step400_eval_110.json, lists13_step400_eval_110.json), R22's
+is failure_causes.py's (failures_recover22.json, the same budgets), and the soups' soup_eval.py's
+(soup_P0.json, soup_C0.json: the evaluate command, the same budgets).
 How each arm ran: README.md in this folder.
 """
 import json
@@ -84,6 +85,10 @@ ARMS = [
      "6442a13", "failures_recover22", None),
     ("R22-P0 seed 0", "P0 from R22", "6442a13", "arm_R22P0_seed0_step30", "control_R22P0_seed0_step30"),
     ("R22-P0 seed 1", "the same, seed 1", "cb318fd", "arm_R22P0_seed1_step30", "control_R22P0_seed1_step30"),
+    ("P0 soup", "the weight mean of P0 seeds 0, 1 and 2 (`sinkflex_lib.rl.soup`; the runs again at 1fc4fd5, "
+     "bit-identical); its control the mean of their three controls", "1fc4fd5", "soup_P0:alpha 1", "soup_C0:alpha 1"),
+    ("P0 soup, α = 2", "the base + 2 × (that mean − the base), α chosen among 1, 2, 3 on eval-world:1", "1fc4fd5",
+     "soup_P0:alpha 2", "soup_C0:alpha 2"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
@@ -95,7 +100,12 @@ SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P
 
 def scores(stem: str | None) -> tuple[float, float] | None:
     """(all, write) mean@1 of `stem`_110_tasks.json (the arm script's validation) or of `stem`.json
-    (the evaluate command's output); None when there is no such run."""
+    (the evaluate command's output), or, for "soup_LABEL:NAME", of NAME's eval-world:0 scores in
+    soup_LABEL.json (soup_eval.py); None when there is no such run."""
+    if stem is not None and ":" in stem:
+        file, name = stem.split(":", 1)
+        d = json.loads((HERE / f"{file}.json").read_text())["scores"][name]["eval-world:0"]
+        return d["mean_at_1"], d["write_mean_at_1"]
     for path, keys in ((HERE / f"{stem}_110_tasks.json", ("val_reward", "val_write_reward")),
                        (HERE / f"{stem}.json", ("mean_at_1", "write_mean_at_1"))):
         if stem is not None and path.exists():

@@ -286,13 +286,16 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--json", action="store_true", help="print the result as one JSON object")
     args = ap.parse_args(argv)
-    source = args.source or world_source("eval", args.world_seed)
-    n = args.tasks if args.tasks is not None else (None if args.source else EVAL_TASKS)
-    task_ids = balanced_task_ids(source, n)      # validates --tasks before the policy loads
     import torch
-    choose_threads(args.threads, None if args.json else print)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    policy = build_policy(args.policy, device=device, dtype=getattr(torch, args.dtype))
+    try:    # bad input says what is wrong, before any episode runs
+        source = args.source or world_source("eval", args.world_seed)
+        n = args.tasks if args.tasks is not None else (None if args.source else EVAL_TASKS)
+        task_ids = balanced_task_ids(source, n)
+        choose_threads(args.threads, None if args.json else print)
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        policy = build_policy(args.policy, device=device, dtype=getattr(torch, args.dtype))
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(str(e))
     cfg = RolloutConfig(max_turns=args.max_turns, max_tokens=args.max_tokens,
                         max_new_tokens=args.max_new_tokens)
     res = evaluate_policy(policy, source, task_ids, cfg)

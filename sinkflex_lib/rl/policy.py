@@ -101,6 +101,30 @@ def lora_config(r: int):
 FORMATS = ("auto", "compact", "harmony")
 
 
+def policy_dir(name_or_path: str | Path) -> Path:
+    """The directory of a shipped checkpoint's name ("base-tiny", "grpo-tiny"), else the path itself.
+    FileNotFoundError when a shipped checkpoint is missing."""
+    if name_or_path not in SHIPPED_POLICIES:
+        return Path(name_or_path)
+    path = CHECKPOINTS_DIR / name_or_path
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"the shipped policy {name_or_path!r} is missing from {path} "
+                                f"(`make pretrain` regenerates base-tiny)")
+    return path
+
+
+def policy_source(name_or_path: str | Path) -> str:
+    """What `build_policy` builds from `name_or_path`: a preset's name, or a directory (a shipped
+    checkpoint's, or the path itself). ValueError for anything else."""
+    if name_or_path in POLICY_PRESETS:
+        return str(name_or_path)
+    path = policy_dir(name_or_path)
+    if not path.is_dir():
+        raise ValueError(f"a policy must be one of {sorted(POLICY_PRESETS) + list(SHIPPED_POLICIES)} or an existing "
+                         f"local model directory, got {str(name_or_path)!r}")
+    return str(path)
+
+
 def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkflex", seed: int = 0,
                  dtype: torch.dtype = torch.float32, device="cpu", lora: int | None = None,
                  tokenizer_dir: str | Path | None = None, format: str = "auto",
@@ -118,20 +142,12 @@ def build_policy(name_or_path: str = "tiny", attn_implementation: str = "sinkfle
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
-    if name_or_path in SHIPPED_POLICIES:
-        path = CHECKPOINTS_DIR / name_or_path
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"the shipped policy {name_or_path!r} is missing from {path} "
-                                    f"(`make pretrain` regenerates base-tiny)")
-        name_or_path = str(path)
+    name_or_path = policy_source(name_or_path)
     if name_or_path in POLICY_PRESETS:
         model, tok, chat = _preset(name_or_path, attn_implementation, seed, dtype, device, tokenizer_dir,
                                    format == "harmony", reasoning_effort, overrides)
-    elif Path(str(name_or_path)).is_dir():
-        model, tok, chat = _local(name_or_path, attn_implementation, seed, dtype, device, format, reasoning_effort)
     else:
-        raise ValueError(f"name_or_path must be one of {sorted(POLICY_PRESETS) + list(SHIPPED_POLICIES)} or an existing local "
-                         f"model directory, got {name_or_path!r}")
+        model, tok, chat = _local(name_or_path, attn_implementation, seed, dtype, device, format, reasoning_effort)
     if lora:
         from peft import get_peft_model
 

@@ -71,7 +71,7 @@ from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
 from .lookups import (call_lookup, flat_lookup, item_lookup, list_lookup, new_item_lookup, request_lookup,
                       world_lookup)
 from ..machine import THREADS_HELP, choose_threads
-from .policy import build_policy, num_parameters
+from .policy import build_policy, num_parameters, policy_source
 from .config import SEED, int_arg
 from .recovery import read_recoveries
 from .warmstart import demonstration
@@ -772,11 +772,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     log = lambda m: print(m, flush=True)  # noqa: E731
     choose_threads(args.threads, log)
-    over = {k: v for k, v in (("steps", args.steps), ("init", last_step_dir(args.init)),
-                              ("recoveries", args.recoveries and str(Path(args.recoveries).resolve()))) if v is not None}
     try:
+        init = last_step_dir(args.init)
+        if init is not None:
+            policy_source(init)     # checked here, not in PretrainConfig: a run's recorded init may be gone later
+        over = {k: v for k, v in (("steps", args.steps), ("init", init),
+                                  ("recoveries", args.recoveries and str(Path(args.recoveries).resolve())))
+                if v is not None}
         cfg = PretrainConfig(**{**PROFILES[args.profile], **over})
-    except ValueError as e:
+    except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
     try:
         done = args.resume and read_checkpoint_state(Path(args.out) / "checkpoint")["step"] >= cfg.steps

@@ -93,7 +93,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="JSONL file of recovery records")
     args = ap.parse_args(argv)
     choose_threads(args.threads, print)
-    policy = build_policy(args.policy)
+    try:
+        policy = build_policy(args.policy)
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(str(e))
     cfg = RolloutConfig(max_turns=args.max_turns, temperature=args.temperature)
     n = 0
     with open(args.out, "w") as out:      # world by world: a crash keeps the worlds done

@@ -169,11 +169,16 @@ def test_the_oracle_within_the_budgets_is_capped_exactly_where_the_episode_does_
         assert (zeros > 0) == capped
 
 
-def test_evaluate_refuses_bad_arguments_before_loading_a_policy():
-    with pytest.raises(SystemExit):
-        ev.main(["--policy", "micro", "--world-seed", "3", "--source", "mini"])
-    with pytest.raises(ValueError, match="tasks must be between"):
-        ev.main(["--policy", "/no/such/dir", "--tasks", "0"])
+@pytest.mark.parametrize("argv, says", [
+    (["--policy", "micro", "--world-seed", "3", "--source", "mini"], "not allowed with"),
+    (["--policy", "/no/such/dir", "--tasks", "0"], "tasks must be between"),   # before the policy loads
+    (["--policy", "micro", "--world-seed", "-1"], "world seed must be"),
+    (["--policy", "/no/such/dir", "--tasks", "3"], "existing local model directory"),
+])
+def test_evaluate_refuses_bad_arguments_with_a_message(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        ev.main(argv)
+    assert e.value.code == 2 and says in capsys.readouterr().err
 
 
 def test_pass_at_k_is_the_share_of_k_subsets_holding_a_success():

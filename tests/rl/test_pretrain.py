@@ -411,3 +411,16 @@ def test_the_recover_profile_asks_for_its_records(tmp_path, capsys):
         pt.main(["--profile", "recover", "--out", str(tmp_path / "run")])
     assert "recovery_mix needs a file of recoveries" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("init, says", [("/no/such/policy", "existing local model directory"),
+                                        ("RUN", "has saved no step_<N>/ yet")])
+def test_a_bad_init_is_refused_before_anything_is_written(tmp_path, capsys, init, says):
+    if init == "RUN":       # a run folder that has not saved a step
+        init = tmp_path / "early"
+        init.mkdir()
+        (init / "metrics.jsonl").write_text("")
+    with pytest.raises(SystemExit) as e:
+        pt.main(["--profile", "smoke", "--init", str(init), "--out", str(tmp_path / "run")])
+    assert e.value.code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -87,3 +87,7 @@ def test_the_command_writes_one_record_per_recovery_point(tmp_path, capsys):
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(ValueError, match="no recovery records"):
         rc.read_recoveries(tmp_path / "empty.jsonl")
+    with pytest.raises(SystemExit) as e:
+        rc.main(["--policy", "/no/such/policy", "--seed", "3", "--out", str(tmp_path / "x.jsonl")])
+    assert e.value.code == 2 and "existing local model directory" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()

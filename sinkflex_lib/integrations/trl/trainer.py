@@ -30,10 +30,10 @@ from transformers import TrainerCallback
 
 from ...machine import choose_threads
 from ...models import ensure_registered
-from ...rl.policy import Policy, build_policy, lora_config
+from ...rl.policy import Policy, lora_config
 from ...rl.runstate import append_metrics, read_metrics
 from ...rl.config import TrainConfig
-from ...rl.train import TrainResult, train, training_tasks, validate, validation_tasks
+from ...rl.train import TrainResult, policy_of, train, training_tasks, validate, validation_tasks
 from .chat import prepare_tokenizer
 from .config import grpo_config
 from .rollout import RetailRollout, env_reward, generation_model, updates_per_step
@@ -250,9 +250,7 @@ def train_trl(cfg: TrainConfig, out_dir, seed: int = 0, warm_start_dir=None, dec
             for row in read_metrics(warm_dir):
                 if row["kind"] == "val" and row["step"] == 0:
                     append_metrics(out_dir / "metrics.jsonl", row)
-    policy = build_policy(cfg.policy, attn_implementation=cfg.attn_implementation, seed=seed,
-                          device=state.device, format=cfg.chat_format, reasoning_effort=cfg.reasoning_effort,
-                          **cfg.policy_overrides)
+    policy = policy_of(dataclasses.replace(cfg, lora=None), seed, device=state.device)   # TRL adds the LoRA
     load_warm_start(policy, warm_dir)
     if policy.chat.name == "compact":
         prepare_tokenizer(policy.tokenizer)     # the project tokenizer has them; a loaded HF one may not
