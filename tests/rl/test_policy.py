@@ -1,9 +1,10 @@
-"""build_policy: presets, a local HF directory, LoRA, and the KL reference policy."""
+"""build_policy: presets, a local HF directory, LoRA, and the KL reference policy; what a policy name resolves to."""
 
 import pytest
 import torch
 
-from sinkflex_lib.rl.policy import build_policy, lora_config, num_parameters
+from sinkflex_lib.paths import CHECKPOINTS_DIR
+from sinkflex_lib.rl.policy import build_policy, lora_config, num_parameters, policy_dir, policy_source
 
 IDS = torch.tensor([[5, 17, 42, 99, 7, 3]])
 
@@ -83,3 +84,13 @@ def test_bad_arguments_are_named(tmp_path):
         build_policy(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="LoRA rank"):
         lora_config(0)
+
+
+def test_a_policy_name_resolves_to_a_preset_or_a_directory(tmp_path):
+    shipped = CHECKPOINTS_DIR / "base-tiny"
+    assert policy_dir("base-tiny") == shipped and policy_dir(tmp_path) == tmp_path
+    assert policy_source("micro") == "micro"
+    assert policy_source("base-tiny") == str(shipped)
+    assert policy_source(tmp_path) == str(tmp_path)
+    with pytest.raises(ValueError, match="existing local model directory"):
+        policy_source(tmp_path / "missing")

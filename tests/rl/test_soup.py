@@ -7,9 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sinkflex_lib.paths import CHECKPOINTS_DIR
 from sinkflex_lib.rl import soup as S
-from sinkflex_lib.rl.policy import build_policy, policy_dir
+from sinkflex_lib.rl.policy import build_policy
 
 
 def _save(policy, folder):
@@ -87,11 +86,6 @@ def test_the_command_writes_a_soup_and_says_what_is_wrong(two_dirs, tmp_path, ca
     with pytest.raises(SystemExit) as e:
         S.main([str(d) for d in two_dirs] + ["--out", str(tmp_path / "d"), "--weights", "0.5"])
     assert e.value.code == 2 and "one weight per state dict" in capsys.readouterr().err
-
-
-def test_policy_dir_resolves_shipped_names_and_keeps_paths(tmp_path):
-    assert policy_dir("base-tiny") == CHECKPOINTS_DIR / "base-tiny"
-    assert policy_dir(tmp_path) == tmp_path
 
 
 def test_weights_with_the_start_extrapolate_along_the_mean_move(micro_policy_factory, tmp_path):
