@@ -26,6 +26,7 @@ from ..paths import TOKENIZER_DIR
 from .policy import POLICY_PRESETS, policy_shape
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+POLICY_FILES = SHIPPED_FILES + ("chat_template.jinja",)     # what a policy directory holds, where present
 MAX_FILE_BYTES = 25 * 2**20
 
 
@@ -46,10 +47,7 @@ def export_checkpoint(src: str | Path, dest: str | Path, preset: str, manifest: 
     """Copy the policy directory `src` to `dest` with `manifest` and its fingerprints added."""
     src, dest = Path(src), Path(dest)
     config = json.loads((src / "config.json").read_text())
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in SHIPPED_FILES + ("chat_template.jinja",):
-        if (src / name).is_file():
-            shutil.copyfile(src / name, dest / name)
+    copy_policy_files(src, dest)
     too_big = [p.name for p in dest.iterdir() if p.stat().st_size > MAX_FILE_BYTES]
     if too_big:
         raise ValueError(f"files over {MAX_FILE_BYTES >> 20} MiB cannot be shipped: {too_big}")
@@ -57,6 +55,15 @@ def export_checkpoint(src: str | Path, dest: str | Path, preset: str, manifest: 
             "tokenizer_sha256": tokenizer_fingerprint(src)}
     (dest / "manifest.json").write_text(json.dumps(full, indent=1) + "\n")
     return dest
+
+
+def copy_policy_files(src: str | Path, dest: str | Path, skip: tuple[str, ...] = ()) -> None:
+    """Copy the `POLICY_FILES` that `src` holds, but `skip`, into `dest` (created if missing)."""
+    src, dest = Path(src), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in POLICY_FILES:
+        if name not in skip and (src / name).is_file():
+            shutil.copyfile(src / name, dest / name)
 
 
 def check_checkpoint(folder: str | Path, tokenizer_dir: str | Path = TOKENIZER_DIR) -> list[str]:

@@ -290,10 +290,14 @@ class EpisodeStream:
         env, ids = self._world(e // n)
         task_id = ids[(e % n) % len(ids)]
         cap = self.cfg.copy_max_tokens if short else self.cfg.max_tokens
-        return demonstration(self.policy, env, task_id, e, cap, tool_weight=self.cfg.tool_loss_weight,
-                             drop_system=short, value_weight=self.cfg.value_weight,
-                             decision_weight=self.cfg.decision_weight,
-                             slip_at=None if short else self.slip_of(env, task_id, e))
+        return self._demonstration(env, task_id, e, cap, drop_system=short,
+                                   slip_at=None if short else self.slip_of(env, task_id, e))
+
+    def _demonstration(self, env: RetailEnv, task_id: str, seed: int, cap: int, **kw) -> Rollout:
+        """The oracle's episode with the config's loss weights (:func:`~.warmstart.demonstration`)."""
+        c = self.cfg
+        return demonstration(self.policy, env, task_id, seed, cap, tool_weight=c.tool_loss_weight,
+                             value_weight=c.value_weight, decision_weight=c.decision_weight, **kw)
 
     def slip_of(self, env: RetailEnv, task_id: str, e: int) -> int | None:
         """Whether example e's oracle episode starts one of its calls with a slip, a failed call
@@ -345,14 +349,14 @@ class EpisodeStream:
         (seed, step); each the oracle's episode with the policy's slip before the oracle's action
         it stood in for (:func:`~.warmstart.demonstration`)."""
         c, n = self.cfg, len(self._records)
+        first = (step - episodes_start(c)) * c.recovery_mix
         out = []
-        for j in range((step - episodes_start(c)) * c.recovery_mix, (step - episodes_start(c) + 1) * c.recovery_mix):
+        for j in range(first, first + c.recovery_mix):
             order = np.random.default_rng([self.seed, j // n, RECOVERY_STREAM]).permutation(n)
             rec = self._records[order[j % n]]
             env = self._record_envs.setdefault(rec["source"], RetailEnv(rec["source"], max_steps=60))
-            out.append(demonstration(self.policy, env, rec["task_id"], rec["seed"], c.max_tokens,
-                                     tool_weight=c.tool_loss_weight, value_weight=c.value_weight,
-                                     decision_weight=c.decision_weight, slip_at=rec["slip_at"], slip=rec["slip"]))
+            out.append(self._demonstration(env, rec["task_id"], rec["seed"], c.max_tokens,
+                                           slip_at=rec["slip_at"], slip=rec["slip"]))
         return out
 
     def lookups(self, step: int) -> list[Rollout]:

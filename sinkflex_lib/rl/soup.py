@@ -19,16 +19,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import torch
 
+from .checkpoints import copy_policy_files
 from .policy import policy_dir
 
-SOUP_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
-              "generation_config.json")
+
+def soup_weights(n: int, weights: list[float] | None = None) -> list[float]:
+    """`weights` checked (one per source, summing to 1), or n equal ones."""
+    weights = [1 / n] * n if weights is None else list(weights)
+    if n < 1 or len(weights) != n or abs(sum(weights) - 1) > 1e-9:
+        raise ValueError(f"need one weight per state dict, summing to 1; got {weights} for {n}")
+    return weights
 
 
 def mean_state_dict(state_dicts: list[dict[str, torch.Tensor]], weights: list[float] | None = None) -> dict:
@@ -37,9 +42,7 @@ def mean_state_dict(state_dicts: list[dict[str, torch.Tensor]], weights: list[fl
     to 1 (default: equal). Integer and bool tensors must agree across the dicts; they are kept."""
     if not state_dicts:
         raise ValueError("a soup needs at least one state dict")
-    weights = [1 / len(state_dicts)] * len(state_dicts) if weights is None else list(weights)
-    if len(weights) != len(state_dicts) or abs(sum(weights) - 1) > 1e-9:
-        raise ValueError(f"need one weight per state dict, summing to 1; got {weights} for {len(state_dicts)}")
+    weights = soup_weights(len(state_dicts), weights)
     first = state_dicts[0]
     for i, sd in enumerate(state_dicts[1:], 1):
         if sd.keys() != first.keys():
@@ -75,15 +78,13 @@ def soup(sources: list[str | Path], dest: str | Path, weights: list[float] | Non
         if c != configs[0]:
             diff = sorted(k for k in set(c) | set(configs[0]) if c.get(k) != configs[0].get(k))
             raise ValueError(f"{d}'s config differs from {dirs[0]}'s in {diff}")
+    weights = soup_weights(len(dirs), weights)
     mean = mean_state_dict([load_file(str(d / "model.safetensors")) for d in dirs], weights)
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in SOUP_FILES:
-        if (dirs[0] / name).is_file():
-            shutil.copyfile(dirs[0] / name, dest / name)
+    copy_policy_files(dirs[0], dest, skip=("model.safetensors",))
     save_file(mean, str(dest / "model.safetensors"), metadata={"format": "pt"})
-    w = weights if weights is not None else [1 / len(dirs)] * len(dirs)
-    (dest / "soup.json").write_text(json.dumps({"sources": [str(d) for d in dirs], "weights": w}, indent=1) + "\n")
+    (dest / "soup.json").write_text(json.dumps({"sources": [str(d) for d in dirs], "weights": weights},
+                                               indent=1) + "\n")
     return dest
 
 

@@ -78,3 +78,15 @@ def test_policy_from_run_refuses_a_folder_without_a_grpo_checkpoint(tmp_path, ca
     (tmp_path / "checkpoint" / "state.json").write_text('{"step": 3}')     # a pretraining run's
     with pytest.raises(ValueError, match="not a GRPO run"):
         ck.policy_from_run(tmp_path, tmp_path / "out")
+
+
+def test_copy_policy_files_copies_what_a_policy_directory_holds(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "notes.txt"):
+        (src / name).write_text(name)
+    ck.copy_policy_files(src, tmp_path / "a")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    ck.copy_policy_files(src, tmp_path / "b", skip=("model.safetensors",))
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["config.json", "tokenizer.json"]
+    assert (tmp_path / "b" / "config.json").read_text() == "config.json"
