@@ -11,8 +11,8 @@ python figures/grpo_stage6_base/list_probe.py OUT [STEPS=200] [REQUESTS=0]   (on
 python figures/grpo_stage6_base/list_probe.py --score [--out NAME.md] LABEL=POLICY ...   (the same scores of other
                                                   policies -> list_probe_scores.md or NAME.md here; seconds each)
 """
+import argparse
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -132,17 +132,21 @@ def train_alone(out: Path, steps: int = 200, requests: int = 0) -> None:
     print(text)
 
 
-def main() -> None:
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--score", action="store_true", help="score the policies LABEL=POLICY instead of training")
+    parser.add_argument("--out", default="list_probe_scores.md", help="with --score: the table's file here")
+    parser.add_argument("args", nargs="+", metavar="OUT [STEPS [REQUESTS]] | LABEL=POLICY ...")
+    a = parser.parse_intermixed_args(argv)
     torch.set_num_threads(1)
-    if sys.argv[1] == "--score" and sys.argv[2:3] == ["--out"]:
-        score_policies(sys.argv[4:], sys.argv[3])
-    elif sys.argv[1] == "--score":
-        score_policies(sys.argv[2:])
-    else:
-        train_alone(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:4]))
-
+    if a.score:
+        if not all("=" in pair for pair in a.args):
+            parser.error("--score takes LABEL=POLICY pairs")
+        score_policies(a.args, a.out)
+        return
+    if len(a.args) > 3 or not all(n.isdigit() for n in a.args[1:]):
+        parser.error("training takes OUT [STEPS [REQUESTS]], the counts whole numbers")
+    train_alone(Path(a.args[0]), *(int(n) for n in a.args[1:]))
 
 if __name__ == "__main__":
     main()
