@@ -75,8 +75,9 @@ ARMS = [
     ("L13-P0 seed 2", "the same, seed 2", "b744e12", "arm_L13P0_seed2_step30",
      "control_L13P0_seed2_step30"),
     ("W5-P0 seed 0", "P0, and an unsolved episode trains on half its write calls' argument match to the gold "
-     "writes (write_credit=0.5)", "e900087", "arm_W5P0_seed0_step30", None),
-    ("W5-P0 seed 1", "the same, seed 1", "e900087", "arm_W5P0_seed1_step30", None),
+     "writes (write_credit=0.5); its control (seeds 0 and 1) at 55292ae", "e900087", "arm_W5P0_seed0_step30",
+     "control_W5P0_seed0_step30"),
+    ("W5-P0 seed 1", "the same, seed 1", "e900087", "arm_W5P0_seed1_step30", "control_W5P0_seed1_step30"),
     ("W5-P0 seed 2", "the same, seed 2", "e900087", "arm_W5P0_seed2_step30", None),
     ("W5 seed 0", "write_credit=0.5 alone (negative advantages kept)", "e900087", "arm_W5_seed0_step30", None),
     ("W5 seed 1", "the same, seed 1", "e900087", "arm_W5_seed1_step30", None),
@@ -143,8 +144,11 @@ def table() -> str:
         arms = [got[l][0] for l in labels if got[l][0]]
         ctrls = [got[l][1] for l in labels if got[l][1]]
         if len(arms) > 1:
+            ctrl = mean_std(ctrls) if len(ctrls) > 1 else None
+            if ctrl and len(ctrls) != len(arms):
+                ctrl += f" ({len(ctrls)} seeds)"
             rows.append({COLUMNS[0]: f"{name}, {len(arms)} seeds (mean ± std)", COLUMNS[3]: mean_std(arms),
-                         COLUMNS[4]: mean_std(ctrls) if len(ctrls) > 1 else None})
+                         COLUMNS[4]: ctrl})
     return markdown_table(rows, COLUMNS, align="lllrrr")
 
 if __name__ == "__main__":
