@@ -30,8 +30,10 @@ from .policy import policy_dir
 
 def soup_weights(n: int, weights: list[float] | None = None) -> list[float]:
     """`weights` checked (one per source, summing to 1), or n equal ones."""
+    if n < 1:
+        raise ValueError("a soup needs at least one source")
     weights = [1 / n] * n if weights is None else list(weights)
-    if n < 1 or len(weights) != n or abs(sum(weights) - 1) > 1e-9:
+    if len(weights) != n or abs(sum(weights) - 1) > 1e-9:
         raise ValueError(f"need one weight per state dict, summing to 1; got {weights} for {n}")
     return weights
 
@@ -40,8 +42,6 @@ def mean_state_dict(state_dicts: list[dict[str, torch.Tensor]], weights: list[fl
     """The weighted mean of state dicts with the same keys, shapes and dtypes, tensor by tensor
     (accumulated in float64, returned in each tensor's dtype). weights: one per state dict, summing
     to 1 (default: equal). Integer and bool tensors must agree across the dicts; they are kept."""
-    if not state_dicts:
-        raise ValueError("a soup needs at least one state dict")
     weights = soup_weights(len(state_dicts), weights)
     first = state_dicts[0]
     for i, sd in enumerate(state_dicts[1:], 1):

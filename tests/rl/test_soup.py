@@ -78,6 +78,8 @@ def test_a_soup_refuses_other_configs_and_missing_weights(two_dirs, tmp_path):
         S.soup(two_dirs, tmp_path / "x")
     with pytest.raises(FileNotFoundError):
         S.soup([two_dirs[0], tmp_path / "nowhere"], tmp_path / "y")
+    with pytest.raises(ValueError, match="at least one source"):
+        S.soup([], tmp_path / "z")
 
 
 def test_the_command_writes_a_soup_and_says_what_is_wrong(two_dirs, tmp_path, capsys):
