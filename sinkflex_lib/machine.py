@@ -1,5 +1,6 @@
-"""What machine this is, how busy other processes keep it, the thread count that suits that, and how
-much memory this process has used at most."""
+"""What machine this is, how busy other processes keep it, the thread count that suits that, a
+backward pass that repeats bit for bit at any given thread count, and how much memory this process
+has used at most."""
 
 from __future__ import annotations
 
@@ -103,6 +104,29 @@ def choose_threads(requested: int | None = None, log=None) -> int:
             log(f"threads: {requested} ({busy:.1f} of {cores} cores busy with other processes)")
     torch.set_num_threads(requested)
     return requested
+
+
+def deterministic_backward(loss: torch.Tensor) -> None:
+    """`loss.backward()`, the same bits every time on a CPU at a given thread count, two or more included.
+
+    gpt-oss's experts (transformers' grouped_mm forward) gather a bias row per token,
+    `bias[expert_ids]`; the gather's backward sums thousands of rows into each expert's row
+    (`index_put_` with accumulate), and on a CPU with two or more threads that sum adds floats
+    atomically in whatever order the threads reach them: measured on the base policy, two threads,
+    4 x 1024 tokens, 10 to 17 distinct expert-bias gradients in 30 identical backward passes, every
+    other parameter's gradient identical. Under `torch.use_deterministic_algorithms` that sum runs
+    in index order, as one thread runs it (there, all 30 passes gave one gradient, the single-thread
+    run's bits). Only the backward pass is switched (forward and decode keep their kernels); on
+    CUDA nothing is switched (cuBLAS would ask for a workspace setting first)."""
+    if loss.device.type != "cpu":
+        loss.backward()
+        return
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        loss.backward()
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 THREADS_HELP = "torch threads (default: one per core that no other process keeps busy; machine.choose_threads)"

@@ -1,5 +1,6 @@
-"""`sinkflex_lib.machine`: how busy other processes keep the cores, and the thread count chosen from it.
-The reference is a known load: processes this test starts, each holding one core."""
+"""`sinkflex_lib.machine`: how busy other processes keep the cores, and the thread count chosen from it
+(the reference is a known load: processes this test starts, each holding one core); a backward pass
+that repeats bit for bit (the reference: the same pass on one thread)."""
 
 import os
 import threading
@@ -7,7 +8,9 @@ import threading
 import pytest
 import torch
 
-from sinkflex_lib.machine import ThreadPicker, busy_cores_elsewhere, choose_threads, competing_processes, usable_cores
+from sinkflex_lib.machine import (ThreadPicker, busy_cores_elsewhere, choose_threads, competing_processes,
+                                  deterministic_backward, usable_cores)
+from sinkflex_lib.models import build_gpt_oss
 
 
 @pytest.fixture(autouse=True)
@@ -98,3 +101,25 @@ def test_a_requested_count_is_kept():
     picker = ThreadPicker(1, every_s=0.0)
     with competing_processes(1):
         assert picker() == 1 and picker() == 1 and torch.get_num_threads() == 1
+
+
+def gradients(model, ids: torch.Tensor) -> list[torch.Tensor]:
+    """Every parameter's gradient of one next-token loss on `ids`, through `deterministic_backward`."""
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=ids).logits[:, :-1]
+    deterministic_backward(torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()))
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_a_backward_pass_repeats_bit_for_bit_on_two_threads():
+    """The experts' bias gather sums thousands of rows per expert in its backward: without the switch
+    two threads add them in a racing order (the pass then differs between repeats)."""
+    model = build_gpt_oss("tiny", seed=0)
+    ids = torch.randint(0, model.config.vocab_size, (4, 512), generator=torch.Generator().manual_seed(0))
+    torch.set_num_threads(1)
+    one_thread = gradients(model, ids)
+    torch.set_num_threads(2)
+    repeats = [gradients(model, ids) for _ in range(6)]
+    assert all(torch.equal(g, h) for r in repeats[1:] for g, h in zip(r, repeats[0]))
+    assert all(torch.allclose(g, h, rtol=1e-5, atol=1e-7) for g, h in zip(repeats[0], one_thread))
+    assert not torch.are_deterministic_algorithms_enabled()       # switched for the backward pass only

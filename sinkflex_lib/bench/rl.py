@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from ..grpo import grpo_loss
-from ..machine import choose_threads, competing_processes, cpu_model, usable_cores
+from ..machine import choose_threads, competing_processes, cpu_model, deterministic_backward, usable_cores
 from ..rl.config import PROFILES
 from ..rl.policy import build_policy
 from ..rl.rollout import LENGTH_GROUPS, RolloutConfig, collate, rollout_batch, token_logprobs, without_pads
@@ -158,7 +158,7 @@ def bench_update(policy, rollouts, attn: str, length: int, minibatch: int, repea
             logp, _ = token_logprobs(model, sub, share_prefix=trainer, groups=LENGTH_GROUPS if trainer else 1)
             dev = logp.device
             loss, _ = grpo_loss(logp, sub["old_logp"].to(dev), adv[a:a + minibatch].to(dev), sub["mask"].to(dev))
-            loss.backward()
+            deterministic_backward(loss)
             model.zero_grad(set_to_none=True)
         best = min(best, time.perf_counter() - t0)
     n = int(batch["attention_mask"].sum())

@@ -70,7 +70,7 @@ from .chat import END, oracle_transcript
 from .evaluate import EVAL_TASKS, balanced_task_ids, evaluate_policy
 from .lookups import (call_lookup, flat_lookup, item_lookup, list_lookup, new_item_lookup, request_lookup,
                       world_lookup)
-from ..machine import THREADS_HELP, choose_threads
+from ..machine import THREADS_HELP, choose_threads, deterministic_backward
 from .policy import build_policy, num_parameters, policy_source
 from .config import SEED, int_arg
 from .recovery import read_recoveries
@@ -563,7 +563,7 @@ def _train_step(policy, opt, stream: EpisodeStream, cfg: PretrainConfig, step: i
     if looks:
         loss = loss + grouped_loss(policy, looks)
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    deterministic_backward(loss)
     gn = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip)
     opt.step()
     n_tok = int(batch["attention_mask"].sum()) + sum(len(r.ids) for r in mixed + looks)

@@ -51,7 +51,7 @@ from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss, permute_within_groups, scale_negative
 from ..envs.data import load_source
 from .evaluate import all_baselines, balanced_task_ids, is_write_task, summarize, task_kind
-from ..machine import ThreadPicker, peak_memory_gb
+from ..machine import ThreadPicker, deterministic_backward, peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg, train_config_overrides
 from .policy import build_policy, num_parameters
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
@@ -239,7 +239,7 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
                                   beta=cfg.beta, agg=cfg.loss_agg_mode, entropy=ent,
                                   norm_length=float(cfg.max_tokens))
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            deterministic_backward(loss)
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             met = {k: float(v) for k, v in met.items()}

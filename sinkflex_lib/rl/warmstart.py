@@ -19,6 +19,7 @@ import torch
 from ..envs import RetailEnv
 from ..envs.actions import argument_value_spans
 from ..envs.oracle import decision_spans, with_next_action
+from ..machine import deterministic_backward
 from .chat import END, TOOL, oracle_transcript
 from .rollout import Rollout, collate, token_logprobs
 
@@ -115,7 +116,7 @@ def warm_start(policy, task_ids: list[str], epochs: int = 1, batch_size: int = 8
             batch = collate([demos[i] for i in batches[b]], pad_id)
             loss = bc_loss(policy, batch)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            deterministic_backward(loss)
             torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip)
             opt.step()
             sched.step()

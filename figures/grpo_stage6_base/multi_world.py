@@ -1,0 +1,83 @@
+"""Scratch (session 39): the base, P0 (seeds 0-2) and P0's shuffled-reward controls (seeds 0-2) played
+greedily on every task (335 each) of three held-out worlds no choice was ever made on
+(eval-world:2, 3, 4): 1,005 tasks a policy, against the 110 every other table here counts.
+
+    python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json) into multi_world/
+    python multi_world.py             # the table, from multi_world/, to multi_world.md and stdout
+
+Differences are paired by task; their 95% interval is 1.96 standard errors of the mean difference
+(the sample standard deviation of the per-task differences over the square root of the task count).
+A seed group's reward on a task is the mean over its seeds."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from sinkflex_lib.envs import load_source
+from sinkflex_lib.rl.evaluate import is_write_task
+from sinkflex_lib.tables import markdown_table
+
+HERE = Path(__file__).parent
+FOLDER = HERE / "multi_world"
+WORLDS = (2, 3, 4)
+GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
+          "P0's controls (3 seeds)": ["C0s0", "C0s1", "C0s2"]}
+KEEP = ("source", "n_tasks", "n_write_tasks", "mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1",
+        "do_nothing_write_mean_at_1", "oracle_mean_at_1", "oracle_write_mean_at_1", "per_kind", "per_task")
+
+
+def keep(src: Path) -> None:
+    FOLDER.mkdir(exist_ok=True)
+    for name in (n for g in GROUPS.values() for n in g):
+        for w in WORLDS:
+            res = json.loads((src / f"{name}_w{w}.json").read_text())
+            (FOLDER / f"{name}_w{w}.json").write_text(json.dumps({k: res[k] for k in KEEP}, indent=1) + "\n")
+
+
+def rewards(names: list[str], write_only: bool) -> np.ndarray:
+    """Per task of the three worlds (in order), the mean reward over `names`' policies."""
+    per_policy = []
+    for name in names:
+        row = []
+        for w in WORLDS:
+            res, tasks = json.loads((FOLDER / f"{name}_w{w}.json").read_text()), load_source(f"eval-world:{w}").tasks
+            row += [r for t, r in res["per_task"].items() if not write_only or is_write_task(tasks[t])]
+        per_policy.append(row)
+    return np.mean(per_policy, axis=0)
+
+
+def paired(a: np.ndarray, b: np.ndarray) -> str:
+    d = a - b
+    half = 1.96 * d.std(ddof=1) / np.sqrt(len(d))
+    return f"{d.mean():+.3f} ± {half:.3f}"
+
+
+def table() -> str:
+    rows = []
+    for write_only in (False, True):
+        base, p0, c0 = (rewards(names, write_only) for names in GROUPS.values())
+        for label, r in zip(GROUPS, (base, p0, c0)):
+            rows.append({"tasks": f"{'write' if write_only else 'all'} ({len(r)})", "policy": label,
+                         "mean@1": f"{r.mean():.3f}", "minus the base": "" if r is base else paired(r, base),
+                         "minus P0's controls": paired(r, c0) if r is p0 else ""})
+    for name in (n for g in list(GROUPS.values())[1:] for n in g):
+        r, base = rewards([name], False), rewards(["base"], False)
+        rows.append({"tasks": f"all ({len(r)})", "policy": name, "mean@1": f"{r.mean():.3f}",
+                     "minus the base": paired(r, base), "minus P0's controls": ""})
+    per_world = []
+    for w in WORLDS:
+        res = {n: json.loads((FOLDER / f"{n}_w{w}.json").read_text()) for g in GROUPS.values() for n in g}
+        b = res["base"]
+        per_world.append({"world": f"eval-world:{w}", "do-nothing": f"{b['do_nothing_mean_at_1']:.3f}",
+                          "oracle": f"{b['oracle_mean_at_1']:.3f}", "base": f"{b['mean_at_1']:.3f}",
+                          **{n: f"{res[n]['mean_at_1']:.3f}" for g in list(GROUPS.values())[1:] for n in g}})
+    return markdown_table(rows) + "\n\nPer world (all 335 tasks, greedy mean@1):\n\n" + markdown_table(per_world) + "\n"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["keep"]:
+        keep(Path(sys.argv[2]))
+    text = table()
+    (HERE / "multi_world.md").write_text(text)
+    print(text)
