@@ -1,6 +1,7 @@
 """Scratch (session 39): the base, P0 (seeds 0-2) and P0's shuffled-reward controls (seeds 0-2) played
 greedily on every task (335 each) of three held-out worlds no choice was ever made on
-(eval-world:2, 3, 4): 1,005 tasks a policy, against the 110 every other table here counts.
+(eval-world:2, 3, 4): 1,005 tasks a policy, against the 110 every other table here counts. Also the
+shipped grpo-tiny (notebook 05's run at 773ebb0).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json) into multi_world/
     python multi_world.py             # the table, from multi_world/, to multi_world.md and stdout
@@ -22,14 +23,16 @@ HERE = Path(__file__).parent
 FOLDER = HERE / "multi_world"
 WORLDS = (2, 3, 4)
 GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
-          "P0's controls (3 seeds)": ["C0s0", "C0s1", "C0s2"]}
+          "P0's controls (3 seeds)": ["C0s0", "C0s1", "C0s2"], "grpo-tiny (shipped, 773ebb0)": ["grpo_tiny"]}
+SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2"]
+POLICIES = [n for g in GROUPS.values() for n in g]
 KEEP = ("source", "n_tasks", "n_write_tasks", "mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1",
         "do_nothing_write_mean_at_1", "oracle_mean_at_1", "oracle_write_mean_at_1", "per_kind", "per_task")
 
 
 def keep(src: Path) -> None:
     FOLDER.mkdir(exist_ok=True)
-    for name in (n for g in GROUPS.values() for n in g):
+    for name in POLICIES:
         for w in WORLDS:
             res = json.loads((src / f"{name}_w{w}.json").read_text())
             (FOLDER / f"{name}_w{w}.json").write_text(json.dumps({k: res[k] for k in KEEP}, indent=1) + "\n")
@@ -56,22 +59,23 @@ def paired(a: np.ndarray, b: np.ndarray) -> str:
 def table() -> str:
     rows = []
     for write_only in (False, True):
-        base, p0, c0 = (rewards(names, write_only) for names in GROUPS.values())
-        for label, r in zip(GROUPS, (base, p0, c0)):
-            rows.append({"tasks": f"{'write' if write_only else 'all'} ({len(r)})", "policy": label,
-                         "mean@1": f"{r.mean():.3f}", "minus the base": "" if r is base else paired(r, base),
-                         "minus P0's controls": paired(r, c0) if r is p0 else ""})
-    for name in (n for g in list(GROUPS.values())[1:] for n in g):
-        r, base = rewards([name], False), rewards(["base"], False)
-        rows.append({"tasks": f"all ({len(r)})", "policy": name, "mean@1": f"{r.mean():.3f}",
-                     "minus the base": paired(r, base), "minus P0's controls": ""})
+        r = {label: rewards(names, write_only) for label, names in GROUPS.items()}
+        base, controls = r["base"], r["P0's controls (3 seeds)"]
+        for label, x in r.items():
+            rows.append({"tasks": f"{'write' if write_only else 'all'} ({len(x)})", "policy": label,
+                         "mean@1": f"{x.mean():.3f}", "minus the base": "" if x is base else paired(x, base),
+                         "minus P0's controls": paired(x, controls) if label == "P0 (3 seeds)" else ""})
+    base = rewards(["base"], False)
+    for name in SEEDED:
+        x = rewards([name], False)
+        rows.append({"tasks": f"all ({len(x)})", "policy": name, "mean@1": f"{x.mean():.3f}",
+                     "minus the base": paired(x, base), "minus P0's controls": ""})
     per_world = []
     for w in WORLDS:
-        res = {n: json.loads((FOLDER / f"{n}_w{w}.json").read_text()) for g in GROUPS.values() for n in g}
+        res = {n: json.loads((FOLDER / f"{n}_w{w}.json").read_text()) for n in POLICIES}
         b = res["base"]
         per_world.append({"world": f"eval-world:{w}", "do-nothing": f"{b['do_nothing_mean_at_1']:.3f}",
-                          "oracle": f"{b['oracle_mean_at_1']:.3f}", "base": f"{b['mean_at_1']:.3f}",
-                          **{n: f"{res[n]['mean_at_1']:.3f}" for g in list(GROUPS.values())[1:] for n in g}})
+                          "oracle": f"{b['oracle_mean_at_1']:.3f}", **{n: f"{res[n]['mean_at_1']:.3f}" for n in POLICIES}})
     return markdown_table(rows) + "\n\nPer world (all 335 tasks, greedy mean@1):\n\n" + markdown_table(per_world) + "\n"
 
 
