@@ -113,8 +113,9 @@ def deterministic_backward(loss: torch.Tensor) -> None:
     `bias[expert_ids]`; the gather's backward sums thousands of rows into each expert's row
     (`index_put_` with accumulate), and on a CPU with two or more threads that sum adds floats
     atomically in whatever order the threads reach them: measured on the base policy, two threads,
-    4 x 1024 tokens, 10 to 17 distinct expert-bias gradients in 30 identical backward passes, every
-    other parameter's gradient identical. Under `torch.use_deterministic_algorithms` that sum runs
+    4 x 1024 tokens, 30 identical backward passes gave 3 distinct gradients on a quiet machine and
+    11 beside two busy processes, only expert biases differing
+    (figures/grpo_stage6_base/backward_race_probe.py). Under `torch.use_deterministic_algorithms` that sum runs
     in index order, as one thread runs it (there, all 30 passes gave one gradient, the single-thread
     run's bits). Only the backward pass is switched (forward and decode keep their kernels); on
     CUDA nothing is switched (cuBLAS would ask for a workspace setting first)."""
