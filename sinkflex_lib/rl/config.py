@@ -62,6 +62,10 @@ class TrainConfig:
     shuffle_rewards: bool = False      # a control without signal: each group's rewards permuted before the advantages
     write_credit: float = 0.0          # an unsolved episode trains on this times its write calls' argument match to
                                        # the gold writes (`write_credit`); 0: tau2's 0/1 reward alone
+    anchor_weight: float = 0.0         # each minibatch's loss plus this times the supervised loss on `anchor_batch`
+                                       # oracle episodes of fresh training worlds (`train.anchor_loss`; InstructGPT's
+                                       # pretraining mix): a pull back to the job against the update's drift; 0: none
+    anchor_batch: int = 4
     # rollouts
     max_turns: int = RolloutConfig.max_turns       # the rollout budgets' one source: RolloutConfig
     max_tokens: int = RolloutConfig.max_tokens
@@ -77,6 +81,9 @@ class TrainConfig:
 
     def __post_init__(self):
         check_credit(self.write_credit)
+        if self.anchor_weight < 0 or (self.anchor_weight > 0 and self.anchor_batch < 1):
+            raise ValueError(f"anchor_weight must be >= 0 and anchor_batch >= 1 when it is on, got "
+                             f"anchor_weight={self.anchor_weight!r}, anchor_batch={self.anchor_batch!r}")
 
     @classmethod
     def from_profile(cls, profile: str, policy_dir: str | None = None, **overrides) -> "TrainConfig":

@@ -54,6 +54,7 @@ from .evaluate import all_baselines, balanced_task_ids, is_write_task, summarize
 from ..machine import ThreadPicker, deterministic_backward, peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg, train_config_overrides
 from .policy import build_policy, num_parameters
+from .pretrain import VARIANTS, EpisodeStream, PretrainConfig, weighted_loss
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
                        save_checkpoint)
 from .runstate import resume_state as run_resume_state
@@ -203,8 +204,33 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return cfg.lr * min(1.0, step / cfg.warmup_steps) if cfg.warmup_steps > 0 else cfg.lr
 
 
-def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generator) -> dict:
-    """`ppo_epochs` passes of minibatch updates on one batch of rollouts; averaged metrics."""
+ANCHOR_SEED = 10_000   # anchor episodes come from training worlds of this pretraining seed plus the run's seed
+ANCHOR_STRIDE = 64     # episode indices a GRPO step's minibatch may draw from (a step has fewer minibatches)
+
+
+def anchor_stream(policy, cfg: TrainConfig, seed: int) -> EpisodeStream:
+    """The oracle episodes the anchor term trains on: weighted as the shipped base's last
+    pretraining stage weighed them (`pretrain.VARIANTS`), cut at the rollouts' `max_tokens`, from
+    training worlds of pretraining seed ANCHOR_SEED + `seed`, which no pretraining stage, GRPO
+    source or validation world uses."""
+    return EpisodeStream(policy, PretrainConfig(**{**VARIANTS, "max_tokens": cfg.max_tokens}), ANCHOR_SEED + seed)
+
+
+def anchor_loss(policy, stream: EpisodeStream, step: int, minibatch: int, n: int) -> torch.Tensor:
+    """The weighted mean NLL (`pretrain.weighted_loss`) of the `n` oracle episodes of GRPO step
+    `step`'s minibatch `minibatch`: episodes (step x ANCHOR_STRIDE + minibatch) x n + i of
+    `stream`, a pure function of (seed, step, minibatch), so a resumed run draws the same."""
+    if not 0 <= minibatch < ANCHOR_STRIDE:
+        raise ValueError(f"minibatch must lie in [0, {ANCHOR_STRIDE}), got {minibatch}")
+    first = (step * ANCHOR_STRIDE + minibatch) * n
+    rows = [stream.example(first + i, short=False) for i in range(n)]
+    return weighted_loss(policy, collate(rows, policy.pad_id))[0]
+
+
+def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generator, anchor=None) -> dict:
+    """`ppo_epochs` passes of minibatch updates on one batch of rollouts; averaged metrics.
+    anchor: None, or a function of the minibatch's index (0, 1, ...) giving a loss that is added
+    to it times `cfg.anchor_weight` (`anchor_loss`)."""
     if not rollouts:  # dynamic sampling found no group with reward spread
         return _update_metrics({}, 0, 0, cfg, 0.0)
     pad_id = policy.pad_id
@@ -238,6 +264,10 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
                                   ref_logp=ref_logp, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                                   beta=cfg.beta, agg=cfg.loss_agg_mode, entropy=ent,
                                   norm_length=float(cfg.max_tokens))
+            if anchor is not None:
+                a_loss = anchor(n_mb)
+                loss = loss + cfg.anchor_weight * a_loss
+                met["anchor_loss"] = a_loss.detach()
             opt.zero_grad(set_to_none=True)
             deterministic_backward(loss)
             gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -254,7 +284,7 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
 
 def _update_metrics(sums: dict, n_mb: int, n_tok: int, cfg: TrainConfig, adv_abs_mean: float) -> dict:
     keys = ("policy_loss", "clip_frac_low", "clip_frac_high", "ratio_mean", "kl", "kl_loss", "entropy",
-            "grad_norm", "loss")
+            "grad_norm", "loss", "anchor_loss")
     out = {k: (sums[k] / n_mb if n_mb and k in sums else math.nan) for k in keys}
     out["kl_reference"] = "ref" if cfg.beta > 0 else "sampling"
     out["minibatches"] = n_mb
@@ -308,6 +338,7 @@ class _Run:
     val_ids: list
     window: deque
     t_start: float
+    anchor: EpisodeStream | None = None   # the anchor term's episodes (cfg.anchor_weight > 0)
 
     @property
     def metrics(self) -> Path:
@@ -336,9 +367,13 @@ def _prepare(cfg: TrainConfig, out_dir: Path, seed: int, device, policy) -> _Run
     if cfg.bc_episodes > 0 and policy.chat.name != "compact":
         raise ValueError(f"the warm start clones compact-format demonstrations; set bc_episodes=0 for "
                          f"a {policy.chat.name} policy")
+    if cfg.anchor_weight > 0 and policy.chat.name != "compact":
+        raise ValueError(f"the anchor term trains on compact-format oracle episodes; set anchor_weight=0 for "
+                         f"a {policy.chat.name} policy")
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
+    anchor = anchor_stream(policy, cfg, seed) if cfg.anchor_weight > 0 else None
     return _Run(cfg, out_dir, seed, device, policy, opt, training_tasks(cfg),
-                validation_tasks(cfg), deque(maxlen=cfg.traj_window), time.perf_counter())
+                validation_tasks(cfg), deque(maxlen=cfg.traj_window), time.perf_counter(), anchor)
 
 
 def _begin(run: _Run, log) -> None:
@@ -428,7 +463,9 @@ def grpo_step(run: _Run, step: int) -> dict:
     tu = time.perf_counter()
     for group in run.opt.param_groups:
         group["lr"] = lr_at(cfg, step)
-    upd = grpo_update(run.policy, run.opt, batch, cfg, rng)
+    anchor = None if run.anchor is None else (
+        lambda m: anchor_loss(run.policy, run.anchor, step, m, cfg.anchor_batch))
+    upd = grpo_update(run.policy, run.opt, batch, cfg, rng, anchor)
     upd["update_groups"] = len(batch) // cfg.group_size
     update_s, step_s = time.perf_counter() - tu, time.perf_counter() - ts
     row = {"kind": "train", "step": step, **_rollout_metrics(rollouts, cfg.group_size),

@@ -59,6 +59,7 @@ def test_overrides_and_geometry(tmp_path):
     (dict(negative_advantage_scale=0.0), 1, {}, "negative_advantage_scale"),
     (dict(shuffle_rewards=True), 1, {}, "shuffle_rewards"),
     (dict(write_credit=0.5), 1, {}, "write_credit"),
+    (dict(anchor_weight=1.0), 1, {}, "anchor_weight"),
     ({}, 1, dict(no_such_field=1), "unknown GRPOConfig field"),
 ])
 def test_bad_input_names_the_field(tmp_path, cfg_change, processes, overrides, match):

@@ -60,14 +60,14 @@ def test_smoke_pipeline_logs_the_metrics(tmp_path, fake_rewards):
 TIMING_KEYS = ("tokens_per_s", "rollout_s", "update_s", "step_s", "elapsed_s", "peak_mem_gb", "wall_s")
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.05])
-def test_resume_continues_identically(tmp_path, fake_rewards, beta):
+@pytest.mark.parametrize("beta, anchor_weight", [(0.0, 0.0), (0.05, 0.0), (0.0, 1.0)])
+def test_resume_continues_identically(tmp_path, fake_rewards, beta, anchor_weight):
     """Bit-identical, on one thread (two threads' repeatability is tested where its one race was
     found: the backward pass, tests/test_machine.py). With beta > 0 the KL reference (the weights
-    after the warm start) must come back too."""
+    after the warm start) must come back too; with the anchor term, its episodes."""
     threads = torch.get_num_threads()
     try:
-        cfg = TrainConfig.from_profile("smoke", **TINY, threads=1, beta=beta)
+        cfg = TrainConfig.from_profile("smoke", **TINY, threads=1, beta=beta, anchor_weight=anchor_weight)
         straight = train(cfg, tmp_path / "a", seed=3, log=lambda m: None)
         train(cfg, tmp_path / "b", seed=3, log=lambda m: None, stop_after=1)
         resumed = train(cfg, tmp_path / "b", seed=3, log=lambda m: None, resume=True)
@@ -83,6 +83,8 @@ def test_resume_continues_identically(tmp_path, fake_rewards, beta):
     sa, sb = straight.policy.model.state_dict(), resumed.policy.model.state_dict()
     for k in sa:
         assert torch.equal(sa[k], sb[k]), k
+    anchored = [r["anchor_loss"] for r in ra if r["kind"] == "train" and r["minibatches"]]
+    assert anchored and all((a > 0) == (anchor_weight > 0) for a in anchored), anchored   # NaN > 0 is False
 
 
 def test_cli_rejects_unknown_profile():
@@ -377,3 +379,80 @@ def test_write_credit_reaches_the_advantages_and_the_logged_score_stays_tau2s(tm
     assert row["trained_reward_mean"] == pytest.approx(np.mean(want))
     assert any(0.5 in g for g in want)   # a write task was drawn, so the credit shows
     assert seen and sorted(seen[0].tolist()) == sorted(x for g in want for x in g)
+
+
+def _anchor_reference(policy, rows) -> torch.Tensor:
+    """Weighted mean NLL of demonstration rows, each scored alone by a plain forward: token t's
+    log-prob from the logits at t - 1, weighted by its `old_logp` field (the loss weight)."""
+    total, weight = 0.0, 0.0
+    for r in rows:
+        ids = torch.tensor([r.ids])
+        logp = torch.log_softmax(policy.model(input_ids=ids).logits[0, :-1].float(), -1)
+        tok = logp.gather(1, ids[0, 1:, None])[:, 0]
+        w = torch.tensor(r.old_logp[1:], dtype=tok.dtype)
+        total, weight = total - (w * tok).sum(), weight + w.sum()
+    return total / weight
+
+
+def test_the_anchor_loss_is_the_weighted_nll_of_its_steps_own_oracle_episodes(micro_policy):
+    cfg = TrainConfig.from_profile("smoke", anchor_weight=1.0, max_tokens=700)
+    stream = train_mod.anchor_stream(micro_policy, cfg, seed=2)
+    n, step, mb = 2, 3, 1
+    first = (step * train_mod.ANCHOR_STRIDE + mb) * n
+    rows = [stream.example(first + i, short=False) for i in range(n)]
+    assert all(len(r.ids) <= 700 and sum(r.mask) > 0 for r in rows)
+    with torch.no_grad():
+        got = train_mod.anchor_loss(micro_policy, stream, step, mb, n)
+        assert float(got) == pytest.approx(float(_anchor_reference(micro_policy, rows)), rel=1e-5)
+        again = train_mod.anchor_loss(micro_policy, train_mod.anchor_stream(micro_policy, cfg, seed=2), step, mb, n)
+        other = train_mod.anchor_loss(micro_policy, stream, step, mb + 1, n)
+    assert float(again) == float(got) and float(other) != float(got)   # a pure function of its indices
+    with pytest.raises(ValueError, match="minibatch"):
+        train_mod.anchor_loss(micro_policy, stream, step, train_mod.ANCHOR_STRIDE, n)
+
+
+def test_the_anchor_adds_its_weighted_gradient_to_the_update(micro_policy):
+    """With one minibatch and no clipping, the gradient of the update with anchor weight w is the
+    update's without it plus w times the anchor loss's own gradient."""
+    from sinkflex_lib.rl.rollout import RolloutConfig, rollout_batch
+
+    rs = rollout_batch(micro_policy, [("cancel_000", 0)] * 4, RolloutConfig(max_turns=1, max_tokens=400, max_new_tokens=4),
+                       torch.Generator().manual_seed(1))
+    for r, x in zip(rs, [1.0, 0.0, 0.0, 1.0]):
+        r.reward = x
+    stream = train_mod.anchor_stream(micro_policy, TrainConfig.from_profile("smoke"), seed=0)
+    anchor = lambda m: train_mod.anchor_loss(micro_policy, stream, 1, m, 2)  # noqa: E731
+    params = list(micro_policy.model.parameters())
+    grads, logged = {}, {}
+    for w in (0.0, 0.5):
+        cfg = TrainConfig.from_profile("smoke", group_size=4, minibatch_size=4, ppo_epochs=1, lr=0.0,
+                                       grad_clip=1e9, anchor_weight=w)
+        opt = torch.optim.SGD(params, lr=0.0)
+        logged[w] = train_mod.grpo_update(micro_policy, opt, rs, cfg, np.random.default_rng(0),
+                                          anchor if w else None)["anchor_loss"]
+        grads[w] = [p.grad.clone() for p in params]
+    micro_policy.model.train()
+    micro_policy.model.zero_grad()
+    loss = anchor(0)
+    loss.backward()
+    assert logged[0.5] == pytest.approx(float(loss.detach()), rel=1e-6) and logged[0.0] != logged[0.0]  # NaN: off
+    for g0, g1, p in zip(grads[0.0], grads[0.5], params):
+        torch.testing.assert_close(g1, g0 + 0.5 * p.grad, rtol=1e-4, atol=1e-6)
+    assert any(p.grad.abs().sum() > 0 for p in params)
+
+
+def test_anchor_settings_are_checked():
+    with pytest.raises(ValueError, match="anchor_weight"):
+        TrainConfig(anchor_weight=-0.1)
+    with pytest.raises(ValueError, match="anchor_batch"):
+        TrainConfig(anchor_weight=1.0, anchor_batch=0)
+    TrainConfig(anchor_weight=0.0, anchor_batch=0)   # off: the batch is not read
+
+
+def test_the_anchor_refuses_a_harmony_policy(tmp_path):
+    from sinkflex_lib.rl.policy import build_policy
+
+    pytest.importorskip("openai_harmony")
+    policy = build_policy("micro", format="harmony")
+    with pytest.raises(ValueError, match="anchor_weight=0"):
+        train(TrainConfig.from_profile("smoke", bc_episodes=0, anchor_weight=1.0), tmp_path, policy=policy)

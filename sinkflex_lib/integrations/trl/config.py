@@ -22,6 +22,7 @@
 | `sample_groups` (dynamic sampling) | (none)                            | refused; `trl_profile` turns it off |
 | `negative_advantage_scale` != 1, `shuffle_rewards` | (none)              | refused: TRL's advantages are the plain group-relative ones |
 | `write_credit` > 0              | (none)                              | refused: the rollout function returns tau2's reward |
+| `anchor_weight` > 0             | (none)                              | refused: GRPOTrainer's loss has no supervised term |
 
 Token-mean in TRL: "bnpo" divides each micro-batch's token sum by its own token count, which is
 our per-minibatch token-mean exactly in one process; with P processes DDP averages the P local
@@ -98,6 +99,9 @@ def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int 
     if cfg.write_credit:
         raise ValueError("write_credit (partial credit for write calls) has no GRPOTrainer equivalent here: "
                          "the rollout function returns tau2's reward")
+    if cfg.anchor_weight:
+        raise ValueError("anchor_weight (a supervised loss on oracle episodes beside GRPO's) has no GRPOTrainer "
+                         "equivalent here: its loss is the GRPO loss alone")
     if cfg.negative_advantage_scale != 1 or cfg.shuffle_rewards:
         raise ValueError("negative_advantage_scale != 1 and shuffle_rewards (the control without signal) have no "
                          "GRPOTrainer equivalent: TRL computes plain group-relative advantages")
