@@ -86,6 +86,12 @@ ARMS = [
      "6442a13", "failures_recover22", None),
     ("R22-P0 seed 0", "P0 from R22", "6442a13", "arm_R22P0_seed0_step30", "control_R22P0_seed0_step30"),
     ("R22-P0 seed 1", "the same, seed 1", "cb318fd", "arm_R22P0_seed1_step30", "control_R22P0_seed1_step30"),
+    ("A1-P0 seed 0", "P0, and each minibatch's loss plus the supervised loss on 4 fresh oracle episodes "
+     "(anchor_weight=1)", "5c3eb55", "arm_A1P0_seed0_step30", "control_A1P0_seed0_step30"),
+    ("A1-P0 seed 1", "the same, seed 1", "5c3eb55", "arm_A1P0_seed1_step30", "control_A1P0_seed1_step30"),
+    ("A1-P0 seed 2", "the same, seed 2", "5c3eb55", "arm_A1P0_seed2_step30", "control_A1P0_seed2_step30"),
+    ("A1L3-P0 seed 0", "A1-P0 at lr 3e-4, three times the profile's", "5c3eb55", "arm_A1L3P0_seed0_step30", None),
+    ("A1L3-P0 seed 1", "the same, seed 1", "5c3eb55", "arm_A1L3P0_seed1_step30", None),
     ("P0 soup", "the weight mean of P0 seeds 0, 1 and 2 (`sinkflex_lib.rl.soup`; the runs again at 1fc4fd5, "
      "bit-identical); its control the mean of their three controls", "1fc4fd5", "soup_P0:alpha 1", "soup_C0:alpha 1"),
     ("P0 soup, α = 2", "the base + 2 × (that mean − the base), α chosen among 1, 2, 3 on eval-world:1", "1fc4fd5",
@@ -96,7 +102,8 @@ SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P
                "L9-P0": [f"L9-P0 seed {s}" for s in range(3)], "R10-P0": [f"R10-P0 seed {s}" for s in range(3)],
                "L10-P0": [f"L10-P0 seed {s}" for s in range(3)], "L13-P0": [f"L13-P0 seed {s}" for s in range(3)],
                "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)],
-               "R22-P0": [f"R22-P0 seed {s}" for s in range(2)]}
+               "R22-P0": [f"R22-P0 seed {s}" for s in range(2)], "A1-P0": [f"A1-P0 seed {s}" for s in range(3)],
+               "A1L3-P0": [f"A1L3-P0 seed {s}" for s in range(2)]}
 
 
 def scores(stem: str | None) -> tuple[float, float] | None:

@@ -1,9 +1,12 @@
 """Scratch (session 39): the base, P0 (seeds 0-2) and P0's shuffled-reward controls (seeds 0-2) played
 greedily on every task (335 each) of three held-out worlds no choice was ever made on
 (eval-world:2, 3, 4): 1,005 tasks a policy, against the 110 every other table here counts. Also the
-shipped grpo-tiny (notebook 05's run at 773ebb0).
+shipped grpo-tiny (notebook 05's run at 773ebb0). Session 40: P0 with the anchor term
+(`anchor_weight=1`, seeds 0-2, at 5c3eb55) and its shuffled-reward controls; the same at lr 3e-4
+(seeds 0, 1).
 
-    python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json) into multi_world/
+    python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
+                                      # there) into multi_world/
     python multi_world.py             # the table, from multi_world/, to multi_world.md and stdout
 
 Differences are paired by task; their 95% interval is 1.96 standard errors of the mean difference
@@ -23,8 +26,13 @@ HERE = Path(__file__).parent
 FOLDER = HERE / "multi_world"
 WORLDS = (2, 3, 4)
 GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
-          "P0's controls (3 seeds)": ["C0s0", "C0s1", "C0s2"], "grpo-tiny (shipped, 773ebb0)": ["grpo_tiny"]}
-SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2"]
+          "P0's controls (3 seeds)": ["C0s0", "C0s1", "C0s2"], "grpo-tiny (shipped, 773ebb0)": ["grpo_tiny"],
+          "P0 + anchor (3 seeds)": ["A1P0s0", "A1P0s1", "A1P0s2"],
+          "P0 + anchor's controls (3 seeds)": ["A1C0s0", "A1C0s1", "A1C0s2"],
+          "P0 + anchor, lr 3e-4 (2 seeds)": ["A1L3P0s0", "A1L3P0s1"]}
+CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)"}
+SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2", "A1P0s0", "A1P0s1", "A1P0s2", "A1C0s0", "A1C0s1", "A1C0s2",
+          "A1L3P0s0", "A1L3P0s1"]
 POLICIES = [n for g in GROUPS.values() for n in g]
 KEEP = ("source", "n_tasks", "n_write_tasks", "mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1",
         "do_nothing_write_mean_at_1", "oracle_mean_at_1", "oracle_write_mean_at_1", "per_kind", "per_task")
@@ -34,6 +42,8 @@ def keep(src: Path) -> None:
     FOLDER.mkdir(exist_ok=True)
     for name in POLICIES:
         for w in WORLDS:
+            if not (src / f"{name}_w{w}.json").exists():
+                continue
             res = json.loads((src / f"{name}_w{w}.json").read_text())
             (FOLDER / f"{name}_w{w}.json").write_text(json.dumps({k: res[k] for k in KEEP}, indent=1) + "\n")
 
@@ -60,22 +70,22 @@ def table() -> str:
     rows = []
     for write_only in (False, True):
         r = {label: rewards(names, write_only) for label, names in GROUPS.items()}
-        base, controls = r["base"], r["P0's controls (3 seeds)"]
+        base = r["base"]
         for label, x in r.items():
             rows.append({"tasks": f"{'write' if write_only else 'all'} ({len(x)})", "policy": label,
                          "mean@1": f"{x.mean():.3f}", "minus the base": "" if x is base else paired(x, base),
-                         "minus P0's controls": paired(x, controls) if label == "P0 (3 seeds)" else ""})
+                         "minus its controls": paired(x, r[CONTROLS[label]]) if label in CONTROLS else "",
+                         "minus P0": paired(x, r["P0 (3 seeds)"]) if label == "P0 + anchor (3 seeds)" else ""})
     base = rewards(["base"], False)
     for name in SEEDED:
         x = rewards([name], False)
         rows.append({"tasks": f"all ({len(x)})", "policy": name, "mean@1": f"{x.mean():.3f}",
-                     "minus the base": paired(x, base), "minus P0's controls": ""})
-    per_world = []
-    for w in WORLDS:
-        res = {n: json.loads((FOLDER / f"{n}_w{w}.json").read_text()) for n in POLICIES}
-        b = res["base"]
-        per_world.append({"world": f"eval-world:{w}", "do-nothing": f"{b['do_nothing_mean_at_1']:.3f}",
-                          "oracle": f"{b['oracle_mean_at_1']:.3f}", **{n: f"{res[n]['mean_at_1']:.3f}" for n in POLICIES}})
+                     "minus the base": paired(x, base), "minus its controls": "", "minus P0": ""})
+    res = {(n, w): json.loads((FOLDER / f"{n}_w{w}.json").read_text()) for n in POLICIES for w in WORLDS}
+    per_world = [{"policy": label, **{f"eval-world:{w}": f"{res[name, w][key]:.3f}" for w in WORLDS}}
+                 for label, name, key in [("do-nothing", "base", "do_nothing_mean_at_1"),
+                                          ("oracle", "base", "oracle_mean_at_1")]
+                 + [(n, n, "mean_at_1") for n in POLICIES]]
     return markdown_table(rows) + "\n\nPer world (all 335 tasks, greedy mean@1):\n\n" + markdown_table(per_world) + "\n"
 
 

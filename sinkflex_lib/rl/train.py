@@ -21,8 +21,9 @@ beta > 0, else against the sampling policy), entropy, clip_frac_low/high, ratio_
 policy_loss, response_length (sampled tokens per episode), episode_tokens, turns,
 tool_call_rate (tool calls per turn), tool_error_rate (errors per tool call), tokens_per_s,
 rollout_s, update_s, step_s, peak_mem_gb (CPU: process peak RSS; CUDA: max allocated),
-update_groups (groups the update trained on), tasks (the task of each group rolled out) and
-group_rewards (each group's rewards, in the same order).
+update_groups (groups the update trained on), tasks (the task of each group rolled out),
+group_rewards (each group's rewards, in the same order) and anchor_loss (the supervised term's
+loss with `anchor_weight` > 0, `anchor_loss`; NaN when off).
 
 Checkpoints in DIR/checkpoint/: model.safetensors, optimizer.pt (tensors only, read with
 weights_only=True), state.json (step, RNG states, the running-reward window, config): reading
