@@ -212,8 +212,9 @@ ANCHOR_STRIDE = 64     # episode indices a GRPO step's minibatch may draw from (
 def anchor_stream(policy, cfg: TrainConfig, seed: int) -> EpisodeStream:
     """The oracle episodes the anchor term trains on: weighted as the shipped base's last
     pretraining stage weighed them (`pretrain.VARIANTS`), cut at the rollouts' `max_tokens`, from
-    training worlds of pretraining seed ANCHOR_SEED + `seed`, which no pretraining stage, GRPO
-    source or validation world uses."""
+    training worlds of pretraining seed ANCHOR_SEED + `seed`, far above the seeds of the pretraining
+    runs recorded here (the highest, 22; the `cpu` profile's GRPO source is seed 0's world 1000;
+    validation worlds are `eval-world:*`, another partition)."""
     return EpisodeStream(policy, PretrainConfig(**{**VARIANTS, "max_tokens": cfg.max_tokens}), ANCHOR_SEED + seed)
 
 
