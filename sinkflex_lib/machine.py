@@ -106,6 +106,22 @@ def choose_threads(requested: int | None = None, log=None) -> int:
     return requested
 
 
+@contextlib.contextmanager
+def deterministic_on_cpu(device):
+    """Within: torch's deterministic algorithms where `device` is a CPU (a `torch.device` or
+    its name), the earlier setting back afterwards; on CUDA nothing is switched (cuBLAS would ask
+    for a workspace setting first). `deterministic_backward` says why."""
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 def deterministic_backward(loss: torch.Tensor) -> None:
     """`loss.backward()`, the same bits every time on a CPU at a given thread count, two or more included.
 
@@ -117,17 +133,9 @@ def deterministic_backward(loss: torch.Tensor) -> None:
     11 beside two busy processes, only expert biases differing
     (figures/grpo_stage6_base/backward_race_probe.py). Under `torch.use_deterministic_algorithms` that sum runs
     in index order, as one thread runs it (there, all 30 passes gave one gradient, the single-thread
-    run's bits). Only the backward pass is switched (forward and decode keep their kernels); on
-    CUDA nothing is switched (cuBLAS would ask for a workspace setting first)."""
-    if loss.device.type != "cpu":
+    run's bits). Only the backward pass is switched (forward and decode keep their kernels)."""
+    with deterministic_on_cpu(loss.device):
         loss.backward()
-        return
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        loss.backward()
-    finally:
-        torch.use_deterministic_algorithms(before)
 
 
 THREADS_HELP = "torch threads (default: one per core that no other process keeps busy; machine.choose_threads)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .attention.compare import rel_err
+from .machine import deterministic_backward
 from .models import build_gpt_oss
 
 
@@ -39,7 +40,7 @@ def _run(model, input_ids, attention_mask, with_grad):
     with torch.set_grad_enabled(with_grad):
         out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     if with_grad:
-        out.loss.backward()
+        deterministic_backward(out.loss)
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     return out.logits.detach(), out.loss.detach(), grads
 

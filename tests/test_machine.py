@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sinkflex_lib.machine import (ThreadPicker, busy_cores_elsewhere, choose_threads, competing_processes,
-                                  deterministic_backward, usable_cores)
+                                  deterministic_backward, deterministic_on_cpu, usable_cores)
 from sinkflex_lib.models import build_gpt_oss
 
 
@@ -123,3 +123,19 @@ def test_a_backward_pass_repeats_bit_for_bit_on_two_threads():
     assert all(torch.equal(g, h) for r in repeats[1:] for g, h in zip(r, repeats[0]))
     assert all(torch.allclose(g, h, rtol=1e-5, atol=1e-7) for g, h in zip(repeats[0], one_thread))
     assert not torch.are_deterministic_algorithms_enabled()       # switched for the backward pass only
+
+
+@pytest.mark.parametrize("already_on", [False, True])
+def test_deterministic_on_cpu_switches_for_a_cpu_only_and_restores_the_setting(already_on):
+    torch.use_deterministic_algorithms(already_on)
+    try:
+        with deterministic_on_cpu("cpu"):
+            assert torch.are_deterministic_algorithms_enabled()
+        assert torch.are_deterministic_algorithms_enabled() == already_on
+        with deterministic_on_cpu(torch.device("cuda", 0)):     # a name only: no CUDA is needed
+            assert torch.are_deterministic_algorithms_enabled() == already_on
+        with pytest.raises(RuntimeError), deterministic_on_cpu("cpu"):
+            raise RuntimeError("the setting comes back after an error too")
+        assert torch.are_deterministic_algorithms_enabled() == already_on
+    finally:
+        torch.use_deterministic_algorithms(False)

@@ -212,3 +212,14 @@ def test_rollout_func_rejects_bad_prompts(setup):
     _, _, trainer = setup
     with pytest.raises(ValueError, match="prompts must be task ids"):
         trainer.rollout_func(["no_such_task"], trainer)
+
+
+def test_the_trainers_backward_pass_is_deterministic_on_a_cpu(setup, backward_modes):
+    """`make_trainer` routes GRPOTrainer's backward pass through `deterministic_on_cpu`, as ours
+    (accelerate's own pass runs with the switch off), and leaves it off afterwards."""
+    from accelerate import Accelerator
+
+    trainer = setup[2]
+    assert backward_modes(Accelerator(cpu=True).backward) == [False]
+    assert backward_modes(trainer.accelerator.backward) == [True]
+    assert not torch.are_deterministic_algorithms_enabled()

@@ -102,9 +102,10 @@ def test_tool_env_surface_and_open_episode():
     assert ds[0]["prompt"][-1] == {"role": "user", "content": ""} and len(set(ds["task_id"])) == len(ds)
 
 
-def test_grpo_trainer_runs_retail_tool_env(tmp_path):
+def test_grpo_trainer_runs_retail_tool_env(tmp_path, backward_modes):
     """GRPOTrainer accepts the environment and the tokenizer (its template checks run at
-    construction), exposes the 17 tools, renders a user reply as a user turn, trains a step."""
+    construction), exposes the 17 tools, renders a user reply as a user turn, runs its backward
+    pass under deterministic algorithms (as `make_trainer`'s), trains a step."""
     from sinkflex_lib.rl.policy import build_policy
 
     threads = torch.get_num_threads()
@@ -119,6 +120,7 @@ def test_grpo_trainer_runs_retail_tool_env(tmp_path):
         for name, marker in ((USER_TOOL, "<|user|>"), ("get_order_details", "<|tool|>")):
             suffix = trainer._get_tool_suffix_ids([{"role": "tool", "name": name, "content": "ok"}])
             assert tok.decode(suffix) == f"{marker}ok<|end|><|assistant|>"
+        assert backward_modes(trainer.accelerator.backward) == [True]
         trainer.train()
     finally:
         torch.set_num_threads(threads)

@@ -140,11 +140,13 @@ def make_env_trainer(cfg, policy, out_dir, seed: int = 0, **grpo_overrides):
 
     from .chat import prepare_tokenizer
     from .config import grpo_config
-    from .trainer import distributed_state
+    from .trainer import deterministic_backward_pass, distributed_state
 
     over = {"max_tool_calling_iterations": cfg.max_turns,
             "generation_kwargs": {"max_new_tokens": cfg.max_new_tokens}, **grpo_overrides}
     args = grpo_config(cfg, out_dir, seed, distributed_state().num_processes, **over)
-    return GRPOTrainer(model=policy.model, args=args, train_dataset=tool_env_dataset(cfg.source, cfg.train_split, seed),
-                       processing_class=prepare_tokenizer(policy.tokenizer),
-                       environment_factory=functools.partial(RetailToolEnv, cfg.source, cfg.max_turns))
+    trainer = GRPOTrainer(model=policy.model, args=args,
+                          train_dataset=tool_env_dataset(cfg.source, cfg.train_split, seed),
+                          processing_class=prepare_tokenizer(policy.tokenizer),
+                          environment_factory=functools.partial(RetailToolEnv, cfg.source, cfg.max_turns))
+    return deterministic_backward_pass(trainer)

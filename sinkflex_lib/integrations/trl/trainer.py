@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from ...machine import choose_threads
+from ...machine import choose_threads, deterministic_on_cpu
 from ...models import ensure_registered
 from ...rl.policy import Policy, lora_config
 from ...rl.runstate import append_metrics, read_metrics
@@ -179,6 +179,21 @@ def processing_class(policy: Policy):
     return harmony_tokenizer()
 
 
+def deterministic_backward_pass(trainer):
+    """Route `trainer`'s backward passes (`accelerator.backward`, which Trainer.training_step
+    calls) through `machine.deterministic_on_cpu`, as our trainer's `deterministic_backward`: on a
+    CPU a run then repeats bit for bit at two threads too (that function's docstring says what
+    raced). Returns `trainer`."""
+    plain = trainer.accelerator.backward
+
+    def backward(loss, **kwargs):
+        with deterministic_on_cpu(loss.device):
+            return plain(loss, **kwargs)
+
+    trainer.accelerator.backward = backward
+    return trainer
+
+
 def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decode: str = "batch",
                  lora_r: int | None = None, log=print, **grpo_overrides):
     """A GRPOTrainer on `policy` for `cfg` (rollout_func, reward, config, dataset, logging).
@@ -208,7 +223,7 @@ def make_trainer(cfg: TrainConfig, policy: Policy, out_dir, seed: int = 0, decod
                           peft_config=lora_config(lora_r) if lora_r else None)
     trainer.remove_callback(PrinterCallback)
     callback.trainer = trainer
-    return trainer
+    return deterministic_backward_pass(trainer)
 
 
 def lora_rank(cfg: TrainConfig, lora_r: int | None) -> int | None:
