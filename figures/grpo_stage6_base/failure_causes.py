@@ -29,6 +29,7 @@ HERE, SOURCE = Path(__file__).parent, "eval-world:0"
 POLICIES = [("base", "the shipped base"), ("grpo_tiny_12e62f0", "GRPO, the cpu profile (grpo-tiny of the run at 12e62f0)"),
             ("grpo_tiny_d73b107", "GRPO, the cpu profile (grpo-tiny of the run at d73b107)"),
             ("grpo_tiny_773ebb0", "GRPO, the cpu profile (grpo-tiny of the run at 773ebb0)"),
+            ("grpo_tiny_d35ae5a", "GRPO, the cpu profile (grpo-tiny of the run at d35ae5a, shipped)"),
             ("P0_seed2", "P0 seed 2 (only successes reinforced), from the training world"),
             ("W225P0_seed0", "P0 seed 0 on the other 225 tasks of this world, 90 steps"),
             ("T110P0_trained_on_these", "not held out: P0 trained on these 110 tasks, 90 steps"),

@@ -1,7 +1,7 @@
 """Scratch (session 39): the base, P0 (seeds 0-2) and P0's shuffled-reward controls (seeds 0-2) played
 greedily on every task (335 each) of three held-out worlds no choice was ever made on
 (eval-world:2, 3, 4): 1,005 tasks a policy, against the 110 every other table here counts. Also the
-shipped grpo-tiny (notebook 05's run at 773ebb0). Session 40: P0 with the anchor term
+grpo-tiny of notebook 05's run at 773ebb0, and (session 41) the one of its run at d35ae5a, shipped now. Session 40: P0 with the anchor term
 (`anchor_weight=1`, seeds 0-2, at 5c3eb55) and its shuffled-reward controls; the same at lr 3e-4
 (seeds 0, 1); the soups of P0's three seeds and of their controls, at α = 1 and 2
 (`soup_eval.py`'s policies of session 37, α chosen on eval-world:1).
@@ -27,7 +27,8 @@ HERE = Path(__file__).parent
 FOLDER = HERE / "multi_world"
 WORLDS = (2, 3, 4)
 GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
-          "P0's controls (3 seeds)": ["C0s0", "C0s1", "C0s2"], "grpo-tiny (shipped, 773ebb0)": ["grpo_tiny"],
+          "P0's controls (3 seeds)": ["C0s0", "C0s1", "C0s2"], "grpo-tiny (773ebb0)": ["grpo_tiny"],
+          "grpo-tiny (shipped, d35ae5a)": ["grpo_tiny_d35ae5a"],
           "P0 + anchor (3 seeds)": ["A1P0s0", "A1P0s1", "A1P0s2"],
           "P0 + anchor's controls (3 seeds)": ["A1C0s0", "A1C0s1", "A1C0s2"],
           "P0 + anchor, lr 3e-4 (2 seeds)": ["A1L3P0s0", "A1L3P0s1"],
