@@ -3,12 +3,14 @@ the held-out tasks' does? Nothing is trained.
 
     python gradient_transfer.py transfer OUT.npz N             # N tasks of each source, one group of 8 each
     python gradient_transfer.py same OUT.npz N TASK...         # N groups of each training task TASK
+    python gradient_transfer.py kind OUT.npz 1 KIND...         # one group of every training task of each KIND
     python gradient_transfer.py OUT.npz...                     # the statistics, to stdout and gradient_transfer.md
 
 The shipped base plays groups of 8 at the `cpu` profile's sampling settings (temperature 1, its
 budgets). `transfer`: N tasks drawn from the profile's training tasks (train-world:1000) and the first N
 of eval-world:1 (balanced over the kinds; a world nothing trains on, used before only to choose the
-soups' α). `same`: N groups of each named training task, each with its own user seed. For each group
+soups' α). `same`: N groups of each named training task, each with its own user seed. `kind`: one group
+of every training task of each named kind (different tasks of one kind: users, orders, items). For each group
 with reward spread it takes the gradient of the profile's GRPO loss on that group alone (`grpo_loss`,
 token-mean, β = 0, at the sampling weights, where the clipped surrogate's gradient is the policy
 gradient with group-normalized advantages), twice: with every advantage (the profile) and with the
@@ -46,11 +48,15 @@ SOURCES = ("train-world:1000", "eval-world:1")
 CHUNK = 8  # tasks per batched rollout (64 episodes, as a profile step)
 
 
-def plan_of(mode, cfg, n, rng, tasks=()):
+def plan_of(mode, cfg, n, rng, names=()):
     """[(label, source, task ids)]: `transfer`, n tasks of each source; `same`, n groups of each
-    training task in `tasks` (each group with its own user seed)."""
+    training task in `names` (each group with its own user seed); `kind`, every training task of
+    each kind in `names`, one group each."""
     if mode == "same":
-        return [(t, cfg.source, [t] * n) for t in tasks]
+        return [(t, cfg.source, [t] * n) for t in names]
+    if mode == "kind":
+        specs = load_source(cfg.source).tasks
+        return [(k, cfg.source, [t for t in training_tasks(cfg) if task_kind(specs[t]) == k]) for k in names]
     return [(SOURCES[0], cfg.source, [str(t) for t in rng.choice(training_tasks(cfg), n, replace=False)]),
             (SOURCES[1], SOURCES[1], balanced_task_ids(SOURCES[1], n))]
 
@@ -75,13 +81,13 @@ def group_gradients(policy, cfg, group):
     return out
 
 
-def roll(mode, out, n, tasks=(), policy_name="base-tiny"):
+def roll(mode, out, n, names=(), policy_name="base-tiny"):
     cfg = TrainConfig.from_profile("cpu", policy=policy_name)
     policy = policy_of(cfg, seed=0)
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     grads, rows = {"grpo": [], "p0": []}, []
-    for label, source, ids in plan_of(mode, cfg, n, rng, tasks):
+    for label, source, ids in plan_of(mode, cfg, n, rng, names):
         specs = load_source(source).tasks
         for c in range(0, len(ids), CHUNK):
             chunk = ids[c:c + CHUNK]
@@ -140,7 +146,7 @@ def report(path):
     table = []
     for loss, name in (("grpo", "GRPO"), ("p0", "P0")):
         gram = z[f"gram_{loss}"]
-        if mode == "same":
+        if mode in ("same", "kind"):
             table += [[name, u, int((unit == u).sum()), *noise_cells(gram, np.flatnonzero(unit == u))]
                       for u in units if (unit == u).sum() >= 3]
             continue
@@ -150,7 +156,7 @@ def report(path):
             ho, h_ho = sq_norm(gram, b), jackknife_half(lambda j: sq_norm(gram, j), b)
             table.append([name, label, f"{len(a)} / {len(b)}", *noise_cells(gram, a), f"{ho:.2e} ± {h_ho:.1e}",
                           f"{x(a, b):.2e} ± {jackknife_half(x, a, b):.1e}"])
-    head = (["advantages", "task", "groups with spread", *noise_head] if mode == "same" else
+    head = (["advantages", "task" if mode == "same" else "kind", "groups with spread", *noise_head] if mode != "transfer" else
             ["advantages", "tasks", "groups with spread (train / held-out)", *(f"train: {h}" for h in noise_head),
              "held-out: ‖G‖² ± 95%", "<G_train, G_held-out> ± 95%"])
     lines.append(markdown_table([dict(zip(head, row)) for row in table], head))
@@ -158,7 +164,7 @@ def report(path):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] in ("transfer", "same"):
+    if sys.argv[1] in ("transfer", "same", "kind"):
         roll(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])
     else:
         text = "\n\n".join(report(Path(f)) for f in sys.argv[1:])
