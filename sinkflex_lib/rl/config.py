@@ -49,6 +49,8 @@ class TrainConfig:
                                        # first groups_per_step with reward spread (None: off)
     ppo_epochs: int = 1
     minibatch_size: int = 16
+    accumulation_steps: int = 1        # minibatches whose gradients are averaged into one optimizer step (the
+                                       # update's last step takes what is left): a large batch at a minibatch's memory
     lr: float = 5e-4
     warmup_steps: int = 0              # GRPO steps over which the lr rises linearly to `lr` (0: none)
     grad_clip: float = 1.0
@@ -81,6 +83,8 @@ class TrainConfig:
 
     def __post_init__(self):
         check_credit(self.write_credit)
+        if self.accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps!r}")
         if self.anchor_weight < 0 or (self.anchor_weight > 0 and self.anchor_batch < 1):
             raise ValueError(f"anchor_weight must be >= 0 and anchor_batch >= 1 when it is on, got "
                              f"anchor_weight={self.anchor_weight!r}, anchor_batch={self.anchor_batch!r}")

@@ -7,7 +7,8 @@ config and its profiles live in :mod:`.config`). Per GRPO step (`grpo_step`): sa
 `groups_per_step` training tasks (each with its own task seed), roll out `group_size`
 episodes of each in one batched decode loop, score them (the environment's reward), compute
 group advantages (paper eq. 3), and take `ppo_epochs` passes of minibatch updates of the
-clipped loss (eqs. 4-7) with gradient clipping. With `sample_groups` set (DAPO's dynamic
+clipped loss (eqs. 4-7) with gradient clipping, one optimizer step per `accumulation_steps`
+minibatches. With `sample_groups` set (DAPO's dynamic
 sampling), `sample_groups` groups are rolled out and the update takes the first
 `groups_per_step` of them whose rewards differ. Every `val_every` steps (and before the first
 step, right after the warm start) validation mean@1: one episode per held-out task, decoded
@@ -21,7 +22,8 @@ beta > 0, else against the sampling policy), entropy, clip_frac_low/high, ratio_
 policy_loss, response_length (sampled tokens per episode), episode_tokens, turns,
 tool_call_rate (tool calls per turn), tool_error_rate (errors per tool call), tokens_per_s,
 rollout_s, update_s, step_s, peak_mem_gb (CPU: process peak RSS; CUDA: max allocated),
-update_groups (groups the update trained on), tasks (the task of each group rolled out),
+update_groups (groups the update trained on), minibatches and optimizer_steps (the update's),
+tasks (the task of each group rolled out),
 group_rewards (each group's rewards, in the same order) and anchor_loss (the supervised term's
 loss with `anchor_weight` > 0, `anchor_loss`; NaN when off).
 
@@ -229,16 +231,47 @@ def anchor_loss(policy, stream: EpisodeStream, step: int, minibatch: int, n: int
     return weighted_loss(policy, collate(rows, policy.pad_id))[0]
 
 
+def minibatch_loss(policy, sub: dict, adv: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tensor, dict]:
+    """The GRPO loss of one minibatch (`sub`: collated rollouts, `adv`: their advantages, (B,))
+    in the model's current mode, and its metrics: log-probs at `cfg.temperature`, the KL term to the
+    reference model when `cfg.beta` > 0 (else KL to the sampling policy, logged only)."""
+    logp, ent = token_logprobs(policy.model, sub, cfg.temperature, with_entropy=True)
+    dev = logp.device
+    if cfg.beta > 0:
+        with torch.no_grad(), policy.reference_model() as ref:
+            ref_logp, _ = token_logprobs(ref, sub, cfg.temperature)
+    else:
+        ref_logp = sub["old_logp"].to(dev)
+    return grpo_loss(logp, sub["old_logp"].to(dev), adv.to(dev), sub["mask"].to(dev), ref_logp=ref_logp,
+                     clip_low=cfg.clip_low, clip_high=cfg.clip_high, beta=cfg.beta, agg=cfg.loss_agg_mode,
+                     entropy=ent, norm_length=float(cfg.max_tokens))
+
+
+def update_minibatches(n: int, adv: torch.Tensor, cfg: TrainConfig, rng: np.random.Generator) -> list:
+    """The minibatches of an update of `n` rollouts, in order: `ppo_epochs` permutations cut into
+    `minibatch_size` index tensors, without those that carry no gradient (beta 0 and every
+    advantage 0), grouped `accumulation_steps` to an optimizer step: a list of lists."""
+    kept = []
+    for _ in range(cfg.ppo_epochs):
+        order = rng.permutation(n)
+        for k in range(0, n, cfg.minibatch_size):
+            idx = torch.as_tensor(order[k:k + cfg.minibatch_size])
+            if cfg.beta > 0 or not bool((adv[idx] == 0).all()):
+                kept.append(idx)
+    a = cfg.accumulation_steps
+    return [kept[k:k + a] for k in range(0, len(kept), a)]
+
+
 def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generator, anchor=None) -> dict:
-    """`ppo_epochs` passes of minibatch updates on one batch of rollouts; averaged metrics.
+    """`ppo_epochs` passes of minibatch updates on one batch of rollouts, an optimizer step per
+    `accumulation_steps` minibatches (the mean of their gradients); averaged metrics.
     anchor: None, or a function of the minibatch's index (0, 1, ...) giving a loss that is added
     to it times `cfg.anchor_weight` (`anchor_loss`)."""
     if not rollouts:  # dynamic sampling found no group with reward spread
-        return _update_metrics({}, 0, 0, cfg, 0.0)
-    pad_id = policy.pad_id
+        return _update_metrics({}, 0, 0, 0, cfg, 0.0)
     if scores_without_pads(policy.model):  # same log-probs, fewer positions to score
         rollouts = [without_pads(r) for r in rollouts]
-    batch = collate(rollouts, pad_id)
+    batch = collate(rollouts, policy.pad_id)
     rewards = batch["reward"]
     if cfg.shuffle_rewards:  # the control without signal: which episode of a group counts as good is random
         rewards = permute_within_groups(rewards, cfg.group_size, rng)   # (so its minibatch order differs too)
@@ -247,49 +280,38 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
     model = policy.model
     model.train()
     sums, n_mb, n_tok = {}, 0, 0
-    for _ in range(cfg.ppo_epochs):
-        order = rng.permutation(len(rollouts))
-        for k in range(0, len(order), cfg.minibatch_size):
-            idx = torch.as_tensor(order[k:k + cfg.minibatch_size])
-            if cfg.beta == 0 and bool((adv[idx] == 0).all()):
-                continue  # no gradient: every rollout here is in a zero-spread group
+    optimizer_steps = update_minibatches(len(rollouts), adv, cfg, rng)
+    for window in optimizer_steps:
+        opt.zero_grad(set_to_none=True)
+        for idx in window:
             T = int(max(len(rollouts[i].ids) for i in idx.tolist()))
             sub = {key: v[idx][:, :T] for key, v in batch.items() if key != "reward"}
-            logp, ent = token_logprobs(model, sub, cfg.temperature, with_entropy=True)
-            dev = logp.device
-            if cfg.beta > 0:
-                with torch.no_grad(), policy.reference_model() as ref:
-                    ref_logp, _ = token_logprobs(ref, sub, cfg.temperature)
-            else:
-                ref_logp = sub["old_logp"].to(dev)  # KL(new || sampling policy), logged only
-            loss, met = grpo_loss(logp, sub["old_logp"].to(dev), adv[idx].to(dev), sub["mask"].to(dev),
-                                  ref_logp=ref_logp, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                                  beta=cfg.beta, agg=cfg.loss_agg_mode, entropy=ent,
-                                  norm_length=float(cfg.max_tokens))
+            loss, met = minibatch_loss(policy, sub, adv[idx], cfg)
             if anchor is not None:
                 a_loss = anchor(n_mb)
                 loss = loss + cfg.anchor_weight * a_loss
                 met["anchor_loss"] = a_loss.detach()
-            opt.zero_grad(set_to_none=True)
-            deterministic_backward(loss)
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
+            deterministic_backward(loss if len(window) == 1 else loss / len(window))
             met = {k: float(v) for k, v in met.items()}
-            met["grad_norm"] = float(gn)
             met["loss"] = float(loss.detach())
             for key, v in met.items():
                 sums[key] = sums.get(key, 0.0) + v
             n_mb += 1
             n_tok += int(sub["attention_mask"].sum())
-    return _update_metrics(sums, n_mb, n_tok, cfg, float(adv.abs().mean()))
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sums["grad_norm"] = sums.get("grad_norm", 0.0) + float(gn)
+    return _update_metrics(sums, n_mb, len(optimizer_steps), n_tok, cfg, float(adv.abs().mean()))
 
 
-def _update_metrics(sums: dict, n_mb: int, n_tok: int, cfg: TrainConfig, adv_abs_mean: float) -> dict:
+def _update_metrics(sums: dict, n_mb: int, n_steps: int, n_tok: int, cfg: TrainConfig, adv_abs_mean: float) -> dict:
     keys = ("policy_loss", "clip_frac_low", "clip_frac_high", "ratio_mean", "kl", "kl_loss", "entropy",
-            "grad_norm", "loss", "anchor_loss")
+            "loss", "anchor_loss")
     out = {k: (sums[k] / n_mb if n_mb and k in sums else math.nan) for k in keys}
+    out["grad_norm"] = sums["grad_norm"] / n_steps if n_steps else math.nan
     out["kl_reference"] = "ref" if cfg.beta > 0 else "sampling"
     out["minibatches"] = n_mb
+    out["optimizer_steps"] = n_steps
     out["update_tokens"] = n_tok
     out["adv_abs_mean"] = adv_abs_mean
     return out

@@ -456,3 +456,60 @@ def test_the_anchor_refuses_a_harmony_policy(tmp_path):
     policy = build_policy("micro", format="harmony")
     with pytest.raises(ValueError, match="anchor_weight=0"):
         train(TrainConfig.from_profile("smoke", bc_episodes=0, anchor_weight=1.0), tmp_path, policy=policy)
+
+
+def test_update_minibatches_cuts_each_epochs_permutation_and_groups_them_by_optimizer_step():
+    cfg = TrainConfig.from_profile("smoke", minibatch_size=2, ppo_epochs=2, accumulation_steps=3)
+    adv = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.5, -0.5, 0.0, 0.0])
+    steps = train_mod.update_minibatches(8, adv, cfg, np.random.default_rng(4))
+    rng = np.random.default_rng(4)
+    orders = [rng.permutation(8), rng.permutation(8)]
+    expect = [o[k:k + 2].tolist() for o in orders for k in range(0, 8, 2)]
+    expect = [mb for mb in expect if adv[mb].abs().sum() > 0]      # beta 0: all-zero minibatches carry nothing
+    flat = [idx.tolist() for step in steps for idx in step]
+    assert flat == expect and [len(s) for s in steps] == [3] * (len(expect) // 3) + ([len(expect) % 3] if len(expect) % 3 else [])
+    with_kl = train_mod.update_minibatches(8, adv, dataclasses.replace(cfg, beta=0.1), np.random.default_rng(4))
+    assert sum(len(s) for s in with_kl) == 8                          # beta > 0: the KL term has a gradient everywhere
+
+
+def test_accumulation_steps_take_one_optimizer_step_on_the_mean_of_the_minibatches_gradients(micro_policy):
+    """accumulation_steps covering the update: one optimizer step whose gradient is the mean of
+    each minibatch's own GRPO-loss gradient (computed here from `grpo_loss` directly)."""
+    from sinkflex_lib.grpo import group_advantages, grpo_loss
+    from sinkflex_lib.rl.rollout import RolloutConfig, collate, rollout_batch, token_logprobs
+
+    rs = rollout_batch(micro_policy, [("cancel_000", 0)] * 4 + [("refuse_000", 0)] * 4,
+                       RolloutConfig(max_turns=1, max_tokens=400, max_new_tokens=6), torch.Generator().manual_seed(1))
+    for r, x in zip(rs, [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0]):
+        r.reward = x
+    cfg = TrainConfig.from_profile("smoke", group_size=4, minibatch_size=2, ppo_epochs=1, lr=0.0, grad_clip=1e9,
+                                   accumulation_steps=8)
+    params = list(micro_policy.model.parameters())
+    met = train_mod.grpo_update(micro_policy, torch.optim.SGD(params, lr=0.0), rs, cfg, np.random.default_rng(0))
+    got = [p.grad.clone() for p in params]
+
+    batch = collate(rs, micro_policy.pad_id)
+    adv = group_advantages(batch["reward"], 4)
+    order = np.random.default_rng(0).permutation(8)
+    minibatches = [idx for idx in (torch.as_tensor(order[k:k + 2]) for k in range(0, 8, 2)) if adv[idx].abs().sum() > 0]
+    mean = [torch.zeros_like(p) for p in params]
+    for idx in minibatches:
+        micro_policy.model.zero_grad()
+        sub = {k: v[idx] for k, v in batch.items() if k != "reward"}
+        loss, _ = grpo_loss(token_logprobs(micro_policy.model, sub)[0], sub["old_logp"], adv[idx], sub["mask"],
+                            clip_low=cfg.clip_low, clip_high=cfg.clip_high, norm_length=float(cfg.max_tokens))
+        loss.backward()
+        for m, p in zip(mean, params):
+            m += (p.grad if p.grad is not None else 0) / len(minibatches)
+    assert met["optimizer_steps"] == 1 and met["minibatches"] == len(minibatches) >= 2
+    for g, m in zip(got, mean):
+        torch.testing.assert_close(g, m, rtol=1e-4, atol=1e-7)
+    assert any(m.abs().sum() > 0 for m in mean)
+    two = train_mod.grpo_update(micro_policy, torch.optim.SGD(params, lr=0.0), rs,
+                                dataclasses.replace(cfg, accumulation_steps=1), np.random.default_rng(0))
+    assert two["optimizer_steps"] == two["minibatches"] == len(minibatches)
+
+
+def test_accumulation_steps_are_checked():
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        TrainConfig(accumulation_steps=0)
