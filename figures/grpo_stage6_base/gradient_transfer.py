@@ -11,11 +11,12 @@ budgets). `transfer`: N tasks drawn from the profile's training tasks (train-wor
 of eval-world:1 (balanced over the kinds; a world nothing trains on, used before only to choose the
 soups' α). `same`: N groups of each named training task, each with its own user seed. `kind`: one group
 of every training task of each named kind (different tasks of one kind: users, orders, items). For each group
-with reward spread it takes the gradient of the profile's GRPO loss on that group alone (`grpo_loss`,
+with reward spread it takes the gradient of the profile's GRPO loss on that group alone (`train.minibatch_loss`,
 token-mean, β = 0, at the sampling weights, where the clipped surrogate's gradient is the policy
 gradient with group-normalized advantages), twice: with every advantage (the profile) and with the
 negative ones set to 0 (P0); it saves their inner products (the Gram matrix) and each group's task,
-kind and rewards.
+kind and rewards. (Since session 42 the loss comes from `train.minibatch_loss`, which the trainer uses
+too; the gradients are the same bit for bit as the committed runs' own copy of it, checked on two groups.)
 
 The statistics, a group with spread as the unit (the mean of n such groups' gradients has expected
 squared norm ‖G‖² + tr(S)/n):
@@ -27,6 +28,7 @@ squared norm ‖G‖² + tr(S)/n):
   <G_train, G_held-out>  unbiased: the mean of <g_i, g_j> over a training and a held-out group.
 ± values: 1.96 delete-one jackknife standard errors (each group left out in turn, of either side).
 """
+import dataclasses
 import json
 import sys
 import time
@@ -36,12 +38,12 @@ import numpy as np
 import torch
 
 from sinkflex_lib.envs.data import load_source
-from sinkflex_lib.grpo import group_advantages, grpo_loss, scale_negative
+from sinkflex_lib.grpo import group_advantages, scale_negative
 from sinkflex_lib.machine import deterministic_backward
 from sinkflex_lib.rl.config import TrainConfig
 from sinkflex_lib.rl.evaluate import balanced_task_ids, is_write_task, task_kind
-from sinkflex_lib.rl.rollout import collate, group_specs, rollout_batch, scores_without_pads, token_logprobs, without_pads
-from sinkflex_lib.rl.train import policy_of, training_tasks
+from sinkflex_lib.rl.rollout import collate, group_specs, rollout_batch, scores_without_pads, without_pads
+from sinkflex_lib.rl.train import minibatch_loss, policy_of, training_tasks
 from sinkflex_lib.tables import markdown_table
 
 SOURCES = ("train-world:1000", "eval-world:1")
@@ -62,8 +64,8 @@ def plan_of(mode, cfg, n, rng, names=()):
 
 
 def group_gradients(policy, cfg, group):
-    """The flattened gradient of the group's GRPO loss with every advantage and with P0's (in
-    training mode, as `train.grpo_update`)."""
+    """The flattened gradient of the group's GRPO loss (`train.minibatch_loss` at beta 0) with every
+    advantage and with P0's (in training mode, as `train.grpo_update`)."""
     model = policy.model
     model.train()
     if scores_without_pads(model):
@@ -73,9 +75,7 @@ def group_gradients(policy, cfg, group):
     out = []
     for a in (adv, scale_negative(adv, 0.0)):
         model.zero_grad(set_to_none=True)
-        logp = token_logprobs(model, batch, cfg.temperature)[0]
-        loss, _ = grpo_loss(logp, batch["old_logp"], a, batch["mask"], clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                            agg=cfg.loss_agg_mode, norm_length=float(cfg.max_tokens))
+        loss, _ = minibatch_loss(policy, batch, a, dataclasses.replace(cfg, beta=0.0))
         deterministic_backward(loss)
         out.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).clone())
     return out
