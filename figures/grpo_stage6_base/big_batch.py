@@ -1,0 +1,44 @@
+"""Sessions 42-43: GRPO with every training task in every update, one optimizer step a GRPO step
+(B232), from the run's metrics in this folder.
+
+    python figures/grpo_stage6_base/big_batch.py    # writes big_batch.md, prints it
+
+The run: arm_script.py B232 12 sample_groups=232 groups_per_step=232 accumulation_steps=64 lr=3e-4
+val_every=2 ckpt_every=1 threads_=2 (the `cpu` profile otherwise: beta 0.05, minibatches of 16),
+at 8f22456 (session 43; session 42's start of it was lost), stopped after step 8 for time (the lr is
+constant: no schedule depends on the step count).
+Each step rolls out one group of 8 of each of the 232 training tasks (train-world:1000, new user
+seeds each step), trains on every group with reward spread, and averages all their minibatches'
+gradients into one AdamW step (`TrainConfig.accumulation_steps`, 64 >= the minibatches of any step).
+Per step: groups with spread, the gradient's norm (before clipping at 1), the KL to the base (k3),
+the sampled success over the 232 training tasks (1,856 episodes at temperature 1: the training
+tasks' own score, not held out), and greedy validation on the 55 tasks of eval-world:0 every second step."""
+import json
+from pathlib import Path
+
+from sinkflex_lib.tables import markdown_table
+
+HERE = Path(__file__).parent
+
+
+def table(metrics: str = "arm_B232_metrics.jsonl") -> str:
+    rows = [json.loads(line) for line in (HERE / metrics).read_text().splitlines()]
+    vals = {r["step"]: r for r in rows if r["kind"] == "val"}
+    out = [{"step": 0, "validation, 55 tasks (all / write)":
+            f"{vals[0]['val_reward']:.3f} / {vals[0]['val_write_reward']:.3f}"}]
+    for r in (r for r in rows if r["kind"] == "train"):
+        v = vals.get(r["step"])
+        out.append({"step": r["step"], "groups with spread": r["update_groups"],
+                    "optimizer steps": r["optimizer_steps"], "gradient norm": f"{r['grad_norm']:.3f}",
+                    "KL to the base": f"{r['kl']:.4f}", "sampled success, 232 training tasks": f"{r['reward_mean']:.3f}",
+                    "validation, 55 tasks (all / write)":
+                    f"{v['val_reward']:.3f} / {v['val_write_reward']:.3f}" if v else ""})
+    columns = ["step", "groups with spread", "optimizer steps", "gradient norm", "KL to the base",
+               "sampled success, 232 training tasks", "validation, 55 tasks (all / write)"]
+    return markdown_table(out, columns) + "\n"
+
+
+if __name__ == "__main__":
+    text = table()
+    (HERE / "big_batch.md").write_text(text)
+    print(text)
