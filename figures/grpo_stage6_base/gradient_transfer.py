@@ -15,8 +15,8 @@ with reward spread it takes the gradient of the profile's GRPO loss on that grou
 token-mean, β = 0, at the sampling weights, where the clipped surrogate's gradient is the policy
 gradient with group-normalized advantages), twice: with every advantage (the profile) and with the
 negative ones set to 0 (P0); it saves their inner products (the Gram matrix) and each group's task,
-kind and rewards. (Since session 42 the loss comes from `train.minibatch_loss`, which the trainer uses
-too; the gradients are the same bit for bit as the committed runs' own copy of it, checked on two groups.)
+kind and rewards. (The committed runs used this script's own copy of that loss; since session 42 it
+calls the trainer's, whose gradients are the same bit for bit, checked on two groups.)
 
 The statistics, a group with spread as the unit (the mean of n such groups' gradients has expected
 squared norm ‖G‖² + tr(S)/n):

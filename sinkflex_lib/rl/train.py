@@ -291,7 +291,7 @@ def grpo_update(policy, opt, rollouts, cfg: TrainConfig, rng: np.random.Generato
                 a_loss = anchor(n_mb)
                 loss = loss + cfg.anchor_weight * a_loss
                 met["anchor_loss"] = a_loss.detach()
-            deterministic_backward(loss if len(window) == 1 else loss / len(window))
+            deterministic_backward(loss / len(window))   # / 1 is exact: one minibatch a step as before
             met = {k: float(v) for k, v in met.items()}
             met["loss"] = float(loss.detach())
             for key, v in met.items():

@@ -467,7 +467,7 @@ def test_update_minibatches_cuts_each_epochs_permutation_and_groups_them_by_opti
     expect = [o[k:k + 2].tolist() for o in orders for k in range(0, 8, 2)]
     expect = [mb for mb in expect if adv[mb].abs().sum() > 0]      # beta 0: all-zero minibatches carry nothing
     flat = [idx.tolist() for step in steps for idx in step]
-    assert flat == expect and [len(s) for s in steps] == [3] * (len(expect) // 3) + ([len(expect) % 3] if len(expect) % 3 else [])
+    assert flat == expect and [len(s) for s in steps] == [len(expect[k:k + 3]) for k in range(0, len(expect), 3)]
     with_kl = train_mod.update_minibatches(8, adv, dataclasses.replace(cfg, beta=0.1), np.random.default_rng(4))
     assert sum(len(s) for s in with_kl) == 8                          # beta > 0: the KL term has a gradient everywhere
 
@@ -505,9 +505,9 @@ def test_accumulation_steps_take_one_optimizer_step_on_the_mean_of_the_minibatch
     for g, m in zip(got, mean):
         torch.testing.assert_close(g, m, rtol=1e-4, atol=1e-7)
     assert any(m.abs().sum() > 0 for m in mean)
-    two = train_mod.grpo_update(micro_policy, torch.optim.SGD(params, lr=0.0), rs,
-                                dataclasses.replace(cfg, accumulation_steps=1), np.random.default_rng(0))
-    assert two["optimizer_steps"] == two["minibatches"] == len(minibatches)
+    one_each = train_mod.grpo_update(micro_policy, torch.optim.SGD(params, lr=0.0), rs,
+                                     dataclasses.replace(cfg, accumulation_steps=1), np.random.default_rng(0))
+    assert one_each["optimizer_steps"] == one_each["minibatches"] == len(minibatches)
 
 
 def test_accumulation_steps_are_checked():
