@@ -26,6 +26,7 @@ HERE = Path(__file__).parent
 POLICIES = [("base", "the shipped base"), ("grpo_tiny_12e62f0", "GRPO, the cpu profile (grpo-tiny of the run at 12e62f0)"),
             ("grpo_tiny_d73b107", "GRPO, the cpu profile (grpo-tiny of the run at d73b107)"),
             ("grpo_tiny_773ebb0", "GRPO, the cpu profile (grpo-tiny of the run at 773ebb0)"),
+            ("grpo_tiny_d35ae5a", "GRPO, the cpu profile (grpo-tiny of the run at d35ae5a, shipped now)"),
             ("P0_seed2", "GRPO, only successes reinforced (P0 seed 2)"),
             ("supervised_seed7", "300 more supervised steps (seed 7)"),
             ("lists9_step400", "list look-ups, then the lists stage (seed 9, not shipped)"),
