@@ -14,9 +14,15 @@ Per step: groups with spread, the gradient's norm (before clipping at 1), the KL
 the sampled success over the 232 training tasks (1,856 episodes at temperature 1: the training
 tasks' own score, not held out), and greedy validation on the 55 tasks of eval-world:0 every second step."""
 import json
+from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
+from sinkflex_lib.envs import load_source
+from sinkflex_lib.rl.evaluate import task_kind
 from sinkflex_lib.tables import markdown_table
+from multi_world import kind_rewards, paired     # this folder's script: the 1,005 tasks, paired differences
 
 HERE = Path(__file__).parent
 
@@ -38,7 +44,32 @@ def table(metrics: str = "arm_B232_metrics.jsonl") -> str:
     return markdown_table(out, columns) + "\n"
 
 
+def training_kinds(row: dict) -> dict[str, list[float]]:
+    """Per kind, the sampled rewards of one train row's groups (one group of 8 per training task)."""
+    tasks, per = load_source("train-world:1000").tasks, defaultdict(list)
+    for t, g in zip(row["tasks"], row["group_rewards"]):
+        per[task_kind(tasks[t])] += g
+    return per
+
+
+def kind_table(metrics: str = "arm_B232_metrics.jsonl", trained: str = "B232") -> str:
+    """Per kind: the training tasks' sampled success at the first and the last step's rollouts
+    (the base's samples; the policy after all but the last update), beside greedy mean@1 on the
+    1,005 held-out tasks, the base against the trained policy (`trained`'s multi_world files),
+    their difference paired by task as in multi_world.py."""
+    rows = [json.loads(line) for line in (HERE / metrics).read_text().splitlines()]
+    train = [r for r in rows if r["kind"] == "train"]
+    first, last = training_kinds(train[0]), training_kinds(train[-1])
+    base, after = kind_rewards(["base"]), kind_rewards([trained])
+    mean = lambda x: float(np.mean(x))
+    out = [{"kind": k, "training tasks": len(first[k]) // 8, "sampled, step 1": f"{mean(first[k]):.3f}",
+            f"step {train[-1]['step']}": f"{mean(last[k]):.3f}", "change": f"{mean(last[k]) - mean(first[k]):+.3f}",
+            "held-out tasks": len(base[k]), "greedy, the base": f"{mean(base[k]):.3f}",
+            trained: f"{mean(after[k]):.3f}", "change (95%)": paired(after[k], base[k])} for k in base]
+    return markdown_table(out) + "\n"
+
+
 if __name__ == "__main__":
-    text = table()
+    text = table() + "\n" + kind_table()
     (HERE / "big_batch.md").write_text(text)
     print(text)

@@ -5,11 +5,11 @@ grpo-tiny of notebook 05's run at 773ebb0, and (session 41) the one of its run a
 (`anchor_weight=1`, seeds 0-2, at 5c3eb55) and its shuffled-reward controls; the same at lr 3e-4
 (seeds 0, 1); the soups of P0's three seeds and of their controls, at α = 1 and 2
 (`soup_eval.py`'s policies of session 37, α chosen on eval-world:1). Session 43: B232 at step 8
-(every training task in every update, `big_batch.py`).
+(every training task in every update, `big_batch.py`). Session 44: the same per task kind.
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
-    python multi_world.py             # the table, from multi_world/, to multi_world.md and stdout
+    python multi_world.py             # the tables, from multi_world/, to multi_world.md and stdout
 
 Differences are paired by task; their 95% interval is 1.96 standard errors of the mean difference
 (the sample standard deviation of the per-task differences over the square root of the task count).
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from sinkflex_lib.envs import load_source
-from sinkflex_lib.rl.evaluate import is_write_task
+from sinkflex_lib.rl.evaluate import is_write_task, task_kind
 from sinkflex_lib.tables import markdown_table
 
 HERE = Path(__file__).parent
@@ -67,6 +67,25 @@ def rewards(names: list[str], write_only: bool) -> np.ndarray:
     return np.mean(per_policy, axis=0)
 
 
+def kind_rewards(names: list[str]) -> dict[str, np.ndarray]:
+    """Per task kind (in the worlds' order), the mean reward over `names`' policies on its tasks."""
+    kinds = [task_kind(load_source(f"eval-world:{w}").tasks[t])
+             for w in WORLDS for t in json.loads((FOLDER / f"base_w{w}.json").read_text())["per_task"]]
+    r = rewards(names, False)
+    return {k: r[[i for i, x in enumerate(kinds) if x == k]] for k in dict.fromkeys(kinds)}
+
+
+def kind_table() -> str:
+    """Per group and kind, greedy mean@1 minus the base's (session 44): where what moves, moves."""
+    base = kind_rewards(["base"])
+    rows = [{"policy": "base (mean@1; tasks)", **{k: f"{x.mean():.3f}; {len(x)}" for k, x in base.items()}}]
+    for label, names in GROUPS.items():
+        if label != "base":
+            rows.append({"policy": label, **{k: f"{x.mean() - base[k].mean():+.3f}"
+                                             for k, x in kind_rewards(names).items()}})
+    return markdown_table(rows)
+
+
 def paired(a: np.ndarray, b: np.ndarray) -> str:
     d = a - b
     half = 1.96 * d.std(ddof=1) / np.sqrt(len(d))
@@ -93,7 +112,8 @@ def table() -> str:
                  for label, name, key in [("do-nothing", "base", "do_nothing_mean_at_1"),
                                           ("oracle", "base", "oracle_mean_at_1")]
                  + [(n, n, "mean_at_1") for n in POLICIES]]
-    return markdown_table(rows) + "\n\nPer world (all 335 tasks, greedy mean@1):\n\n" + markdown_table(per_world) + "\n"
+    return (markdown_table(rows) + "\n\nPer world (all 335 tasks, greedy mean@1):\n\n" + markdown_table(per_world)
+            + "\n\nPer kind (all three worlds), minus the base:\n\n" + kind_table() + "\n")
 
 
 if __name__ == "__main__":
