@@ -13,7 +13,7 @@ the trainer's validation, task by task), as are L9's, R10's, L10's and L13's (li
 requests10_step400_eval_110.json, lists10_step400_eval_110.json, lists13_step400_eval_110.json), R22's
 is failure_causes.py's (failures_recover22.json, the same budgets), the soups' soup_eval.py's
 (soup_P0.json, soup_C0.json: the evaluate command, the same budgets), and B232's the evaluate command's
-on its step-8 checkpoint, stopped there (arm_B232_step8_eval_110.json).
+on its step-8 and step-16 checkpoints (arm_B232_step8_eval_110.json, arm_B232_step16_eval_110.json).
 How each arm ran: README.md in this folder.
 """
 import json
@@ -99,6 +99,7 @@ ARMS = [
      "soup_P0:alpha 2", "soup_C0:alpha 2"),
     ("B232", "every training task (232 groups) each step, one AdamW step on all groups with spread "
      "(accumulation_steps=64), lr 3e-4, 8 steps", "8f22456", "arm_B232_step8_eval_110", None),
+    ("B232, step 16", "the same run resumed to 16 steps", "f4ec38a", "arm_B232_step16_eval_110", None),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],

@@ -1,4 +1,4 @@
-"""Sessions 42-43: GRPO with every training task in every update, one optimizer step a GRPO step
+"""Sessions 42-44: GRPO with every training task in every update, one optimizer step a GRPO step
 (B232), from the run's metrics in this folder.
 
     python figures/grpo_stage6_base/big_batch.py    # writes big_batch.md, prints it
@@ -6,7 +6,8 @@
 The run: arm_script.py B232 12 sample_groups=232 groups_per_step=232 accumulation_steps=64 lr=3e-4
 val_every=2 ckpt_every=1 threads_=2 (the `cpu` profile otherwise: beta 0.05, minibatches of 16),
 at 8f22456 (session 43; session 42's start of it was lost), stopped after step 8 for time (the lr is
-constant: no schedule depends on the step count).
+constant: no schedule depends on the step count); resumed in session 44 with 16 in place of 12 (the
+same command; the library at f4ec38a, the same arithmetic) to step 16.
 Each step rolls out one group of 8 of each of the 232 training tasks (train-world:1000, new user
 seeds each step), trains on every group with reward spread, and averages all their minibatches'
 gradients into one AdamW step (`TrainConfig.accumulation_steps`, 64 >= the minibatches of any step).
@@ -52,22 +53,22 @@ def training_kinds(row: dict) -> dict[str, list[float]]:
     return per
 
 
-def kind_table(metrics: str = "arm_B232_metrics.jsonl", trained: str = "B232") -> str:
+def kind_table(metrics: str = "arm_B232_metrics.jsonl", trained=(("step 8", "B232"), ("step 16", "B232s16"))) -> str:
     """Per kind: the training tasks' sampled success at the first and the last step's rollouts
     (the base's samples; the policy after all but the last update), beside greedy mean@1 on the
-    1,005 held-out tasks, the base against the trained policy (`trained`'s multi_world files),
-    their difference paired by task as in multi_world.py."""
+    1,005 held-out tasks: the base's, and each `trained` policy's (label, name of its multi_world
+    files) minus the base's, paired by task as in multi_world.py (95% intervals)."""
     rows = [json.loads(line) for line in (HERE / metrics).read_text().splitlines()]
     train = [r for r in rows if r["kind"] == "train"]
     first, last = training_kinds(train[0]), training_kinds(train[-1])
-    base, after = kind_rewards(["base"]), kind_rewards([trained])
+    base = kind_rewards(["base"])
+    after = {label: kind_rewards([name]) for label, name in trained}
     mean = lambda x: float(np.mean(x))
     out = [{"kind": k, "training tasks": len(first[k]) // 8, "sampled, step 1": f"{mean(first[k]):.3f}",
-            f"step {train[-1]['step']}": f"{mean(last[k]):.3f}", "change": f"{mean(last[k]) - mean(first[k]):+.3f}",
+            f"sampled, step {train[-1]['step']}": f"{mean(last[k]):.3f}",
             "held-out tasks": len(base[k]), "greedy, the base": f"{mean(base[k]):.3f}",
-            trained: f"{mean(after[k]):.3f}", "change (95%)": paired(after[k], base[k])} for k in base]
+            **{f"{label} minus the base": paired(a[k], base[k]) for label, a in after.items()}} for k in base]
     return markdown_table(out) + "\n"
-
 
 if __name__ == "__main__":
     text = table() + "\n" + kind_table()
