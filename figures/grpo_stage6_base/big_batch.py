@@ -13,7 +13,9 @@ seeds each step), trains on every group with reward spread, and averages all the
 gradients into one AdamW step (`TrainConfig.accumulation_steps`, 64 >= the minibatches of any step).
 Per step: groups with spread, the gradient's norm (before clipping at 1), the KL to the base (k3),
 the sampled success over the 232 training tasks (1,856 episodes at temperature 1: the training
-tasks' own score, not held out), and greedy validation on the 55 tasks of eval-world:0 every second step."""
+tasks' own score, not held out), and greedy validation on the 55 tasks of eval-world:0 every second step.
+Then per task kind (`kind_table`): the training tasks' sampled success at the first and last step beside
+the held-out kinds of the 1,005 tasks (multi_world.py's files)."""
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -69,6 +71,7 @@ def kind_table(metrics: str = "arm_B232_metrics.jsonl", trained=(("step 8", "B23
             "held-out tasks": len(base[k]), "greedy, the base": f"{mean(base[k]):.3f}",
             **{f"{label} minus the base": paired(a[k], base[k]) for label, a in after.items()}} for k in base]
     return markdown_table(out) + "\n"
+
 
 if __name__ == "__main__":
     text = table() + "\n" + kind_table()
