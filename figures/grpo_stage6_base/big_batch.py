@@ -28,10 +28,15 @@ from sinkflex_lib.tables import markdown_table
 from multi_world import kind_rewards, paired     # this folder's script: the 1,005 tasks, paired differences
 
 HERE = Path(__file__).parent
+METRICS = "arm_B232_metrics.jsonl"
 
 
-def table(metrics: str = "arm_B232_metrics.jsonl") -> str:
-    rows = [json.loads(line) for line in (HERE / metrics).read_text().splitlines()]
+def read_rows(metrics: str) -> list[dict]:
+    return [json.loads(line) for line in (HERE / metrics).read_text().splitlines()]
+
+
+def table(metrics: str = METRICS) -> str:
+    rows = read_rows(metrics)
     vals = {r["step"]: r for r in rows if r["kind"] == "val"}
     out = [{"step": 0, "validation, 55 tasks (all / write)":
             f"{vals[0]['val_reward']:.3f} / {vals[0]['val_write_reward']:.3f}"}]
@@ -48,25 +53,25 @@ def table(metrics: str = "arm_B232_metrics.jsonl") -> str:
 
 
 def training_kinds(row: dict) -> dict[str, list[float]]:
-    """Per kind, the sampled rewards of one train row's groups (one group of 8 per training task)."""
+    """Per kind, the sampled rewards of one train row's groups (one group per training task)."""
     tasks, per = load_source("train-world:1000").tasks, defaultdict(list)
     for t, g in zip(row["tasks"], row["group_rewards"]):
         per[task_kind(tasks[t])] += g
     return per
 
 
-def kind_table(metrics: str = "arm_B232_metrics.jsonl", trained=(("step 8", "B232"), ("step 16", "B232s16"))) -> str:
+def kind_table(metrics: str = METRICS, trained=(("step 8", "B232"), ("step 16", "B232s16"))) -> str:
     """Per kind: the training tasks' sampled success at the first and the last step's rollouts
     (the base's samples; the policy after all but the last update), beside greedy mean@1 on the
     1,005 held-out tasks: the base's, and each `trained` policy's (label, name of its multi_world
     files) minus the base's, paired by task as in multi_world.py (95% intervals)."""
-    rows = [json.loads(line) for line in (HERE / metrics).read_text().splitlines()]
-    train = [r for r in rows if r["kind"] == "train"]
+    rows = read_rows(metrics)
+    train, group_size = [r for r in rows if r["kind"] == "train"], rows[0]["group_size"]
     first, last = training_kinds(train[0]), training_kinds(train[-1])
     base = kind_rewards(["base"])
     after = {label: kind_rewards([name]) for label, name in trained}
     mean = lambda x: float(np.mean(x))
-    out = [{"kind": k, "training tasks": len(first[k]) // 8, "sampled, step 1": f"{mean(first[k]):.3f}",
+    out = [{"kind": k, "training tasks": len(first[k]) // group_size, "sampled, step 1": f"{mean(first[k]):.3f}",
             f"sampled, step {train[-1]['step']}": f"{mean(last[k]):.3f}",
             "held-out tasks": len(base[k]), "greedy, the base": f"{mean(base[k]):.3f}",
             **{f"{label} minus the base": paired(a[k], base[k]) for label, a in after.items()}} for k in base]
