@@ -4,13 +4,16 @@ the held-out tasks' does? Nothing is trained.
     python gradient_transfer.py transfer OUT.npz N             # N tasks of each source, one group of 8 each
     python gradient_transfer.py same OUT.npz N TASK...         # N groups of each training task TASK
     python gradient_transfer.py kind OUT.npz 1 KIND...         # one group of every training task of each KIND
+    python gradient_transfer.py worlds OUT.npz W KIND...       # one group of every task of each KIND in W worlds a side
     python gradient_transfer.py OUT.npz...                     # the statistics, to stdout and gradient_transfer.md
 
 The shipped base plays groups of 8 at the `cpu` profile's sampling settings (temperature 1, its
 budgets). `transfer`: N tasks drawn from the profile's training tasks (train-world:1000) and the first N
 of eval-world:1 (balanced over the kinds; a world nothing trains on, used before only to choose the
 soups' α). `same`: N groups of each named training task, each with its own user seed. `kind`: one group
-of every training task of each named kind (different tasks of one kind: users, orders, items). For each group
+of every training task of each named kind (different tasks of one kind: users, orders, items). `worlds` (session
+45): one group of every task of each named kind in W training worlds (train-world:1000 on) and in W held-out worlds
+(eval-world:1, then eval-world:5 on; never eval-world:2-4, the 1,005 tasks), each side a unit. For each group
 with reward spread it takes the gradient of the profile's GRPO loss on that group alone (`train.minibatch_loss`,
 token-mean, β = 0, at the sampling weights, where the clipped surrogate's gradient is the policy
 gradient with group-normalized advantages), twice: with every advantage (the profile) and with the
@@ -26,6 +29,7 @@ squared norm ‖G‖² + tr(S)/n):
            (McCandlish et al. 2018, "An Empirical Model of Large-Batch Training": B_simple); also
            with ‖G‖² at the upper end of its interval, a lower bound;
   <G_train, G_held-out>  unbiased: the mean of <g_i, g_j> over a training and a held-out group.
+`transfer` and `worlds` also report these per task kind (`transfer`: the kinds with at least 3 groups a side).
 ± values: 1.96 delete-one jackknife standard errors (each group left out in turn, of either side).
 """
 import dataclasses
@@ -47,13 +51,20 @@ from sinkflex_lib.rl.train import minibatch_loss, policy_of, training_tasks
 from sinkflex_lib.tables import markdown_table
 
 SOURCES = ("train-world:1000", "eval-world:1")
+HELD_OUT_WORLDS = (1, 5, 6, 7, 8)  # `worlds` mode's held-out side, in order
 CHUNK = 8  # tasks per batched rollout (64 episodes, as a profile step)
 
 
 def plan_of(mode, cfg, n, rng, names=()):
     """[(label, source, task ids)]: `transfer`, n tasks of each source; `same`, n groups of each
     training task in `names` (each group with its own user seed); `kind`, every training task of
-    each kind in `names`, one group each."""
+    each kind in `names`, one group each; `worlds`, every task of each kind in `names` in n training and n
+    held-out worlds, one group each (units "KIND train", "KIND held-out")."""
+    if mode == "worlds":
+        sides = (("train", [f"train-world:{1000 + i}" for i in range(n)]),
+                 ("held-out", [f"eval-world:{w}" for w in HELD_OUT_WORLDS[:n]]))
+        return [(f"{k} {side}", src, [t for t, spec in load_source(src).tasks.items() if task_kind(spec) == k])
+                for k in names for side, worlds in sides for src in worlds]
     if mode == "same":
         return [(t, cfg.source, [t] * n) for t in names]
     if mode == "kind":
@@ -97,7 +108,7 @@ def roll(mode, out, n, names=(), policy_name="base-tiny"):
             for i, tid in enumerate(chunk):
                 group = rollouts[i * cfg.group_size:(i + 1) * cfg.group_size]
                 rewards = [float(r.reward) for r in group]
-                rows.append({"unit": label, "task": tid, "kind": task_kind(specs[tid]),
+                rows.append({"unit": label, "source": source, "task": tid, "kind": task_kind(specs[tid]),
                              "write": bool(is_write_task(specs[tid])), "rewards": rewards})
                 if len(set(rewards)) > 1:
                     for key, g in zip(("grpo", "p0"), group_gradients(policy, cfg, group)):
@@ -135,10 +146,31 @@ def noise_cells(gram, ix):
     return [f"{tr:.3g}", f"{g2:.2e} ± {h:.1e}", b, f"{tr / (g2 + h):.0f}"]
 
 
+def pair_cells(gram, a, b):
+    """Training groups `a` against held-out groups `b`: `noise_cells` of a, then the held-out |G|^2 and
+    <G_train, G_held-out>, each ± its half-interval, as table cells."""
+    x = lambda i, j: gram[np.ix_(i, j)].mean()  # noqa: E731
+    ho, h_ho = sq_norm(gram, b), jackknife_half(lambda j: sq_norm(gram, j), b)
+    return [*noise_cells(gram, a), f"{ho:.2e} ± {h_ho:.1e}", f"{x(a, b):.2e} ± {jackknife_half(x, a, b):.1e}"]
+
+
+def sides(spread, mode):
+    """[(label, training groups' mask, held-out groups' mask)]: all tasks, write tasks and each kind with at
+    least 3 groups a side (`transfer`), or each kind (`worlds`)."""
+    unit, kind = np.array([r["unit"] for r in spread]), np.array([r["kind"] for r in spread])
+    if mode == "worlds":
+        return [(k, unit == f"{k} train", unit == f"{k} held-out") for k in dict.fromkeys(kind)]
+    train, held = unit == SOURCES[0], unit == SOURCES[1]
+    write = np.array([r["write"] for r in spread])
+    out = [("all tasks", train, held), ("write tasks", train & write, held & write)]
+    return out + [(k, train & (kind == k), held & (kind == k)) for k in sorted(set(kind))
+                  if (train & (kind == k)).sum() >= 3 and (held & (kind == k)).sum() >= 3]
+
+
 def report(path):
     z = np.load(path)
     spread, rows, mode = json.loads(str(z["spread"])), json.loads(str(z["rows"])), str(z["mode"])
-    unit, write = np.array([r["unit"] for r in spread]), np.array([r["write"] for r in spread])
+    unit = np.array([r["unit"] for r in spread])
     units = list(dict.fromkeys(r["unit"] for r in rows))
     lines = [f"policy {z['policy']}, mode {mode}, groups of 8; with reward spread: " + ", ".join(
         f"{u} {(unit == u).sum()} of {sum(r['unit'] == u for r in rows)}" for u in units), ""]
@@ -150,13 +182,11 @@ def report(path):
             table += [[name, u, int((unit == u).sum()), *noise_cells(gram, np.flatnonzero(unit == u))]
                       for u in units if (unit == u).sum() >= 3]
             continue
-        for label, keep in (("all tasks", np.ones(len(unit), bool)), ("write tasks", write)):
-            a, b = (np.flatnonzero(keep & (unit == u)) for u in units)
-            x = lambda i, j: gram[np.ix_(i, j)].mean()  # noqa: E731
-            ho, h_ho = sq_norm(gram, b), jackknife_half(lambda j: sq_norm(gram, j), b)
-            table.append([name, label, f"{len(a)} / {len(b)}", *noise_cells(gram, a), f"{ho:.2e} ± {h_ho:.1e}",
-                          f"{x(a, b):.2e} ± {jackknife_half(x, a, b):.1e}"])
-    head = (["advantages", "task" if mode == "same" else "kind", "groups with spread", *noise_head] if mode != "transfer" else
+        for label, train, held in sides(spread, mode):
+            a, b = np.flatnonzero(train), np.flatnonzero(held)
+            table.append([name, label, f"{len(a)} / {len(b)}", *pair_cells(gram, a, b)])
+    head = (["advantages", "task" if mode == "same" else "kind", "groups with spread", *noise_head]
+            if mode in ("same", "kind") else
             ["advantages", "tasks", "groups with spread (train / held-out)", *(f"train: {h}" for h in noise_head),
              "held-out: ‖G‖² ± 95%", "<G_train, G_held-out> ± 95%"])
     lines.append(markdown_table([dict(zip(head, row)) for row in table], head))
@@ -164,7 +194,7 @@ def report(path):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] in ("transfer", "same", "kind"):
+    if sys.argv[1] in ("transfer", "same", "kind", "worlds"):
         roll(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4:])
     else:
         text = "\n\n".join(report(Path(f)) for f in sys.argv[1:])

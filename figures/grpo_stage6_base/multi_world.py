@@ -6,7 +6,8 @@ grpo-tiny of notebook 05's run at 773ebb0, and (session 41) the one of its run a
 (seeds 0, 1); the soups of P0's three seeds and of their controls, at α = 1 and 2
 (`soup_eval.py`'s policies of session 37, α chosen on eval-world:1). Session 43: B232 at step 8
 (every training task in every update, `big_batch.py`). Session 44: B232 at step 16; every group
-per task kind.
+per task kind. Session 45: P0 trained on the training world's returns only (`train_kinds=["return"]`,
+seed 0) and its shuffled-reward control.
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -36,9 +37,11 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0 + anchor, lr 3e-4 (2 seeds)": ["A1L3P0s0", "A1L3P0s1"],
           "P0 soup": ["soupP0a1"], "P0's controls' soup": ["soupC0a1"],
           "P0 soup, α = 2": ["soupP0a2"], "P0's controls' soup, α = 2": ["soupC0a2"],
-          "B232 (every training task an update), step 8": ["B232"], "B232, step 16": ["B232s16"]}
+          "B232 (every training task an update), step 8": ["B232"], "B232, step 16": ["B232s16"],
+          "P0 on returns only (seed 0)": ["RP0s0"], "P0 on returns only's control": ["RC0s0"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
-            "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2"}
+            "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
+            "P0 on returns only (seed 0)": "P0 on returns only's control"}
 SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2", "A1P0s0", "A1P0s1", "A1P0s2", "A1C0s0", "A1C0s1", "A1C0s2",
           "A1L3P0s0", "A1L3P0s1"]
 POLICIES = [n for g in GROUPS.values() for n in g]
