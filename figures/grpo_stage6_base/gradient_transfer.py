@@ -61,6 +61,8 @@ def plan_of(mode, cfg, n, rng, names=()):
     each kind in `names`, one group each; `worlds`, every task of each kind in `names` in n training and n
     held-out worlds, one group each (units "KIND train", "KIND held-out")."""
     if mode == "worlds":
+        if not 1 <= n <= len(HELD_OUT_WORLDS):
+            raise ValueError(f"worlds: W must be 1 to {len(HELD_OUT_WORLDS)}, got {n}")
         sides = (("train", [f"train-world:{1000 + i}" for i in range(n)]),
                  ("held-out", [f"eval-world:{w}" for w in HELD_OUT_WORLDS[:n]]))
         return [(f"{k} {side}", src, [t for t, spec in load_source(src).tasks.items() if task_kind(spec) == k])
