@@ -101,8 +101,9 @@ ARMS = [
     ("B232", "every training task (232 groups) each step, one AdamW step on all groups with spread "
      "(accumulation_steps=64), lr 3e-4, 8 steps", "8f22456", "arm_B232_step8_eval_110", None),
     ("B232, step 16", "the same run resumed to 16 steps", "f4ec38a", "arm_B232_step16_eval_110", None),
-    ("RP0", "P0 on the training world's returns only (train_kinds=[\"return\"])", "91b86be",
+    ("RP0 seed 0", "P0 on the training world's returns only (train_kinds=[\"return\"])", "91b86be",
      "arm_RP0_seed0_step30", "control_RP0_seed0_step30"),
+    ("RP0 seed 1", "the same, seed 1 (two threads)", "53b89fc", "arm_RP0_seed1_step30", None),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
@@ -110,7 +111,8 @@ SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P
                "L10-P0": [f"L10-P0 seed {s}" for s in range(3)], "L13-P0": [f"L13-P0 seed {s}" for s in range(3)],
                "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)],
                "R22-P0": [f"R22-P0 seed {s}" for s in range(2)], "A1-P0": [f"A1-P0 seed {s}" for s in range(3)],
-               "A1L3-P0": [f"A1L3-P0 seed {s}" for s in range(2)]}
+               "A1L3-P0": [f"A1L3-P0 seed {s}" for s in range(2)],
+               "RP0": ["RP0 seed 0", "RP0 seed 1"]}
 
 
 def scores(stem: str | None) -> tuple[float, float] | None:

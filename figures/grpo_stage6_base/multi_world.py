@@ -7,7 +7,7 @@ grpo-tiny of notebook 05's run at 773ebb0, and (session 41) the one of its run a
 (`soup_eval.py`'s policies of session 37, α chosen on eval-world:1). Session 43: B232 at step 8
 (every training task in every update, `big_batch.py`). Session 44: B232 at step 16; every group
 per task kind. Session 45: P0 trained on the training world's returns only (`train_kinds=["return"]`,
-seed 0) and its shuffled-reward control.
+seed 0) and its shuffled-reward control; seed 1 (two threads, no control).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -38,7 +38,8 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0 soup": ["soupP0a1"], "P0's controls' soup": ["soupC0a1"],
           "P0 soup, α = 2": ["soupP0a2"], "P0's controls' soup, α = 2": ["soupC0a2"],
           "B232 (every training task an update), step 8": ["B232"], "B232, step 16": ["B232s16"],
-          "P0 on returns only (seed 0)": ["RP0s0"], "P0 on returns only's control": ["RC0s0"]}
+          "P0 on returns only (seed 0)": ["RP0s0"], "P0 on returns only's control": ["RC0s0"],
+          "P0 on returns only, seed 1 (no control)": ["RP0s1"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control"}
