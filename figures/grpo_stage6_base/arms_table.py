@@ -1,9 +1,9 @@
 """Every GRPO arm from the shipped stage-6 base, or from a policy pretrained further from it (the S7, L9,
 R10, L10, L13 and R22 rows, each started by its no-update row), that was scored on all 110 tasks of eval-world:0,
 beside its shuffled-reward control where one ran: writes arms_table.md from the *_110_tasks.json
-files in this folder.
+files in this folder, and the same table into the repository README (its block from the table's header row).
 
-python figures/grpo_stage6_base/arms_table.py   (reads and writes this folder only; no training)
+python figures/grpo_stage6_base/arms_table.py   (reads this folder, writes arms_table.md and the README's copy; no training)
 
 Each JSON is what the arm's scratch script wrote after its last step (the trainer's greedy validation
 with val_tasks=110: the `cpu` profile's budgets, 12 turns). The rows of the shipped base and of S7 (the
@@ -104,6 +104,13 @@ ARMS = [
     ("RP0 seed 0", "P0 on the training world's returns only (train_kinds=[\"return\"])", "91b86be",
      "arm_RP0_seed0_step30", "control_RP0_seed0_step30"),
     ("RP0 seed 1", "the same, seed 1 (two threads)", "53b89fc", "arm_RP0_seed1_step30", None),
+    ("RRT", "P0 on the training world's returns, refusals and transfers "
+     "(train_kinds=[\"return\", \"refuse\", \"transfer\"])", "3b0199a", "arm_RRT_seed0_step30", "control_RRT_seed0_step30"),
+    ("RP0-FX seed 0", "RP0 seed 0, then 10 steps of P0 on refusals and transfers only (train_kinds); its control "
+     "shuffles that phase's rewards, from the same RP0 policy", "3b0199a", "arm_RP0FX_seed0_step10",
+     "control_RP0FX_seed0_step10"),
+    ("RP0-FX seed 1", "the same from RP0 seed 1 (two threads; its control alone after it)", "3b0199a",
+     "arm_RP0FX_seed1_step10", "control_RP0FX_seed1_step10"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
@@ -112,7 +119,7 @@ SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P
                "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)],
                "R22-P0": [f"R22-P0 seed {s}" for s in range(2)], "A1-P0": [f"A1-P0 seed {s}" for s in range(3)],
                "A1L3-P0": [f"A1L3-P0 seed {s}" for s in range(2)],
-               "RP0": ["RP0 seed 0", "RP0 seed 1"]}
+               "RP0": ["RP0 seed 0", "RP0 seed 1"], "RP0-FX": ["RP0-FX seed 0", "RP0-FX seed 1"]}
 
 
 def scores(stem: str | None) -> tuple[float, float] | None:
@@ -167,7 +174,17 @@ def table() -> str:
                          COLUMNS[4]: ctrl})
     return markdown_table(rows, COLUMNS, align="lllrrr")
 
+
+def with_table(readme: str, text: str) -> str:
+    """`readme` with its arms table (the lines from the header row to the first blank line) replaced by `text`."""
+    start = readme.index("| " + " | ".join(COLUMNS) + " |")
+    end = readme.index("\n\n", start)
+    return readme[:start] + text.rstrip("\n") + readme[end:]
+
+
 if __name__ == "__main__":
     text = table()
     (HERE / "arms_table.md").write_text(text)
+    readme = HERE.parent.parent / "README.md"
+    readme.write_text(with_table(readme.read_text(), text))   # the README's copy, so the two cannot differ
     print(text)

@@ -7,7 +7,10 @@ grpo-tiny of notebook 05's run at 773ebb0, and (session 41) the one of its run a
 (`soup_eval.py`'s policies of session 37, α chosen on eval-world:1). Session 43: B232 at step 8
 (every training task in every update, `big_batch.py`). Session 44: B232 at step 16; every group
 per task kind. Session 45: P0 trained on the training world's returns only (`train_kinds=["return"]`,
-seed 0) and its shuffled-reward control; seed 1 (two threads, no control).
+seed 0) and its shuffled-reward control; seed 1 (two threads, no control). Session 46: P0 on returns,
+refusals and transfers (RRT) and its control; from RP0 seeds 0 and 1, 10 steps of P0 on refusals and
+transfers (FX) and the same with shuffled rewards (CFX); the base again, bit-identical per task, to
+keep its failure causes, which `keep` keeps since then (evaluate's per-task `failures`).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -18,6 +21,7 @@ Differences are paired by task; their 95% interval is 1.96 standard errors of th
 A seed group's reward on a task is the mean over its seeds."""
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -39,15 +43,26 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0 soup, α = 2": ["soupP0a2"], "P0's controls' soup, α = 2": ["soupC0a2"],
           "B232 (every training task an update), step 8": ["B232"], "B232, step 16": ["B232s16"],
           "P0 on returns only (seed 0)": ["RP0s0"], "P0 on returns only's control": ["RC0s0"],
-          "P0 on returns only, seed 1 (no control)": ["RP0s1"]}
+          "P0 on returns only, seed 1 (no control)": ["RP0s1"],
+          "P0 on returns, refusals, transfers (RRT)": ["RRTs0"], "RRT's control": ["CRRTs0"],
+          "P0 on returns only (2 seeds)": ["RP0s0", "RP0s1"],
+          "P0 on returns, then on refusals and transfers (2 seeds)": ["FXs0", "FXs1"],
+          "P0 on returns, then shuffled on refusals and transfers (2 seeds)": ["CFXs0", "CFXs1"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
-            "P0 on returns only (seed 0)": "P0 on returns only's control"}
+            "P0 on returns only (seed 0)": "P0 on returns only's control",
+            "P0 on returns, refusals, transfers (RRT)": "RRT's control",
+            "P0 on returns, then on refusals and transfers (2 seeds)":
+                "P0 on returns, then shuffled on refusals and transfers (2 seeds)"}
+ADDS_TO = {"P0 + anchor (3 seeds)": "P0 (3 seeds)",   # a group against the one it starts from or adds a term to
+           "P0 on returns, then on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
+           "P0 on returns, then shuffled on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)"}
 SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2", "A1P0s0", "A1P0s1", "A1P0s2", "A1C0s0", "A1C0s1", "A1C0s2",
-          "A1L3P0s0", "A1L3P0s1"]
-POLICIES = [n for g in GROUPS.values() for n in g]
+          "A1L3P0s0", "A1L3P0s1", "FXs0", "FXs1", "CFXs0", "CFXs1"]
+POLICIES = list(dict.fromkeys(n for g in GROUPS.values() for n in g))
 KEEP = ("source", "n_tasks", "n_write_tasks", "mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1",
-        "do_nothing_write_mean_at_1", "oracle_mean_at_1", "oracle_write_mean_at_1", "per_kind", "per_task")
+        "do_nothing_write_mean_at_1", "oracle_mean_at_1", "oracle_write_mean_at_1", "per_kind", "per_task",
+        "failures")   # failures: kept since session 46 (evaluate's failure causes, per task; earlier files lack it)
 
 
 def keep(src: Path) -> None:
@@ -57,7 +72,9 @@ def keep(src: Path) -> None:
             if not (src / f"{name}_w{w}.json").exists():
                 continue
             res = json.loads((src / f"{name}_w{w}.json").read_text())
-            (FOLDER / f"{name}_w{w}.json").write_text(json.dumps({k: res[k] for k in KEEP}, indent=1) + "\n")
+            if "failures" in res:   # its per-task causes and writes; the per-kind counts follow from them
+                res["failures"] = {k: res["failures"][k] for k in ("per_task", "per_task_writes")}
+            (FOLDER / f"{name}_w{w}.json").write_text(json.dumps({k: res[k] for k in KEEP if k in res}, indent=1) + "\n")
 
 
 def rewards(names: list[str], write_only: bool) -> np.ndarray:
@@ -91,6 +108,28 @@ def kind_table() -> str:
     return markdown_table(rows)
 
 
+def failed_writes(name: str, kind: str) -> Counter | None:
+    """Over the three worlds, `name`'s unsolved tasks of `kind` counted by what the episode wrote
+    (evaluate's `failures.per_task_writes`: e.g. 'wrote on a no-write task'); None for a file kept
+    before failures were."""
+    counts = Counter()
+    for w in WORLDS:
+        res = json.loads((FOLDER / f"{name}_w{w}.json").read_text())
+        if "failures" not in res:
+            return None
+        tasks = load_source(f"eval-world:{w}").tasks
+        counts.update(res["failures"]["per_task_writes"][t] for t, r in res["per_task"].items()
+                      if r < 1 and task_kind(tasks[t]) == kind)
+    return counts
+
+
+def refusal_table() -> str:
+    """The unsolved refusals of every policy whose files keep failures, by what they wrote."""
+    rows = [{"policy": n, "unsolved refusals": sum(c.values()), **c}
+            for n in POLICIES if (c := failed_writes(n, "refuse")) is not None]
+    return markdown_table(rows)
+
+
 def paired(a: np.ndarray, b: np.ndarray) -> str:
     d = a - b
     half = 1.96 * d.std(ddof=1) / np.sqrt(len(d))
@@ -106,19 +145,21 @@ def table() -> str:
             rows.append({"tasks": f"{'write' if write_only else 'all'} ({len(x)})", "policy": label,
                          "mean@1": f"{x.mean():.3f}", "minus the base": "" if x is base else paired(x, base),
                          "minus its controls": paired(x, r[CONTROLS[label]]) if label in CONTROLS else "",
-                         "minus P0": paired(x, r["P0 (3 seeds)"]) if label == "P0 + anchor (3 seeds)" else ""})
+                         "minus the group it adds to": f"{ADDS_TO[label]}: {paired(x, r[ADDS_TO[label]])}"
+                         if label in ADDS_TO else ""})
     base = rewards(["base"], False)
     for name in SEEDED:
         x = rewards([name], False)
         rows.append({"tasks": f"all ({len(x)})", "policy": name, "mean@1": f"{x.mean():.3f}",
-                     "minus the base": paired(x, base), "minus its controls": "", "minus P0": ""})
+                     "minus the base": paired(x, base), "minus its controls": "", "minus the group it adds to": ""})
     res = {(n, w): json.loads((FOLDER / f"{n}_w{w}.json").read_text()) for n in POLICIES for w in WORLDS}
     per_world = [{"policy": label, **{f"eval-world:{w}": f"{res[name, w][key]:.3f}" for w in WORLDS}}
                  for label, name, key in [("do-nothing", "base", "do_nothing_mean_at_1"),
                                           ("oracle", "base", "oracle_mean_at_1")]
                  + [(n, n, "mean_at_1") for n in POLICIES]]
     return (markdown_table(rows) + "\n\nPer world (all 335 tasks, greedy mean@1):\n\n" + markdown_table(per_world)
-            + "\n\nPer kind (all three worlds), minus the base:\n\n" + kind_table() + "\n")
+            + "\n\nPer kind (all three worlds), minus the base:\n\n" + kind_table()
+            + "\n\nUnsolved refusals (all three worlds), by what the episode wrote:\n\n" + refusal_table() + "\n")
 
 
 if __name__ == "__main__":
