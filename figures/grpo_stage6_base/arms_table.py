@@ -111,6 +111,8 @@ ARMS = [
      "control_RP0FX_seed0_step10"),
     ("RP0-FX seed 1", "the same from RP0 seed 1 (two threads; its control alone after it)", "3b0199a",
      "arm_RP0FX_seed1_step10", "control_RP0FX_seed1_step10"),
+    ("RRD", "P0 on the training world's 24 returns and 4 of its 24 refusals (train_tasks: every sixth refusal "
+     "by id)", "3b0199a", "arm_RRD_seed0_step30", "control_RRD_seed0_step30"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],

@@ -9,7 +9,8 @@ grpo-tiny of notebook 05's run at 773ebb0, and (session 41) the one of its run a
 per task kind. Session 45: P0 trained on the training world's returns only (`train_kinds=["return"]`,
 seed 0) and its shuffled-reward control; seed 1 (two threads, no control). Session 46: P0 on returns,
 refusals and transfers (RRT) and its control; from RP0 seeds 0 and 1, 10 steps of P0 on refusals and
-transfers (FX) and the same with shuffled rewards (CFX); the base again, bit-identical per task, to
+transfers (FX) and the same with shuffled rewards (CFX); P0 on the returns and 4 of the 24 refusals
+(RRD) and its control; the base again, bit-identical per task, to
 keep its failure causes, which `keep` keeps since then (evaluate's per-task `failures`).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
@@ -47,13 +48,15 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0 on returns, refusals, transfers (RRT)": ["RRTs0"], "RRT's control": ["CRRTs0"],
           "P0 on returns only (2 seeds)": ["RP0s0", "RP0s1"],
           "P0 on returns, then on refusals and transfers (2 seeds)": ["FXs0", "FXs1"],
-          "P0 on returns, then shuffled on refusals and transfers (2 seeds)": ["CFXs0", "CFXs1"]}
+          "P0 on returns, then shuffled on refusals and transfers (2 seeds)": ["CFXs0", "CFXs1"],
+          "P0 on returns and a few refusals (RRD)": ["RRDs0"], "RRD's control": ["CRRDs0"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control",
             "P0 on returns, refusals, transfers (RRT)": "RRT's control",
             "P0 on returns, then on refusals and transfers (2 seeds)":
-                "P0 on returns, then shuffled on refusals and transfers (2 seeds)"}
+                "P0 on returns, then shuffled on refusals and transfers (2 seeds)",
+            "P0 on returns and a few refusals (RRD)": "RRD's control"}
 ADDS_TO = {"P0 + anchor (3 seeds)": "P0 (3 seeds)",   # a group against the one it starts from or adds a term to
            "P0 on returns, then on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
            "P0 on returns, then shuffled on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)"}
