@@ -68,6 +68,9 @@ class TrainConfig:
                                        # oracle episodes of fresh training worlds (`train.anchor_loss`; InstructGPT's
                                        # pretraining mix): a pull back to the job against the update's drift; 0: none
     anchor_batch: int = 4
+    oracle_prefix: float = 0.0         # reverse curriculum: each group starts after its task's first k oracle turns (given,
+                                       # no loss), k uniform up to this fraction of them at step 1, falling linearly to none
+                                       # at the last step (`oracle_prefix`); 0: every episode from scratch
     # rollouts
     max_turns: int = RolloutConfig.max_turns       # the rollout budgets' one source: RolloutConfig
     max_tokens: int = RolloutConfig.max_tokens
@@ -83,6 +86,8 @@ class TrainConfig:
 
     def __post_init__(self):
         check_credit(self.write_credit)
+        if not 0.0 <= self.oracle_prefix <= 1.0:
+            raise ValueError(f"oracle_prefix must lie in [0, 1], got {self.oracle_prefix!r}")
         if self.accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps!r}")
         if self.anchor_weight < 0 or (self.anchor_weight > 0 and self.anchor_batch < 1):

@@ -91,6 +91,7 @@ class Rollout:
     writes: list[str] = field(default_factory=list)   # the write tools called without a tool error, in order
     write_calls: list[ToolCall] = field(default_factory=list)   # every write-tool call as parsed, failed ones too
     reward_info: dict = field(default_factory=dict)
+    prefix_turns: int = 0          # leading turns given, not sampled (`rollout_batch`'s prefix; counted in `actions`)
 
     @property
     def n_sampled(self) -> int:
@@ -138,13 +139,32 @@ class _Row:
 
 
 def _start_rows(specs, fmt, cfg: RolloutConfig) -> list[_Row]:
+    """A row per spec, (task_id, seed) or (task_id, seed, prefix): its prompt pending, then each turn
+    of `prefix` (token lists, e.g. the oracle's first turns) played as given but not sampled (mask
+    0) with the environment stepped after it; ValueError if the prefix ends the episode."""
     rows = []
-    for tid, seed in specs:
+    for tid, seed, *rest in specs:
         r = _Row(Rollout(str(tid), int(seed)), RetailEnv(cfg.source, max_steps=cfg.max_turns, user=cfg.user))
         obs, info = r.env.reset(seed=r.out.seed, options={"task_id": r.out.task_id})
         r.pending = [(t, 0, 0.0) for t in fmt.prompt(r.env, obs, info)]
+        for turn in (rest[0] if rest else ()):
+            if _queue_turn(r, fmt, cfg, turn, sampled=False):
+                raise ValueError(f"{tid}: a prefix of {len(rest[0])} turns ends the episode")
+        r.out.prefix_turns = r.out.turns
         rows.append(r)
     return rows
+
+
+def _queue_turn(r: _Row, fmt, cfg: RolloutConfig, turn: list[int], sampled: bool) -> bool:
+    """Queue an agent turn given as tokens (cut at its stop token or `max_new_tokens`, then closed,
+    as the worker does; mask 1 if `sampled`, log-probs 0) and step the environment with it
+    (:func:`_step_env`'s return)."""
+    cut = next((j + 1 for j, t in enumerate(turn) if t in fmt.stop_ids), len(turn))
+    r.turn = list(turn[:min(cut, cfg.max_new_tokens)])
+    r.pending.extend((t, int(sampled), 0.0) for t in r.turn)
+    if r.turn[-1] not in fmt.stop_ids:   # forced close, as the worker does
+        r.pending.extend((c, 0, 0.0) for c in fmt.close_ids)
+    return _step_env(r, fmt, cfg)
 
 
 def shared_prefix_length(rows: list[_Row]) -> int:
@@ -233,7 +253,8 @@ def _step_env(r: _Row, fmt, cfg: RolloutConfig) -> bool:
 def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | None = None,
                   generator: torch.Generator | None = None, stats: dict | None = None) -> list[Rollout]:
     """Play one episode per (task_id, seed) in `specs`, all in one batched decode loop, in the
-    policy's chat format (`policy.chat`, :mod:`.formats`). A loop iteration: one forward over
+    policy's chat format (`policy.chat`, :mod:`.formats`); a spec (task_id, seed, prefix) starts
+    after the agent turns of `prefix` (token lists; mask 0: given, not sampled). A loop iteration: one forward over
     every live row's pending tokens; sample the next token of every row still in its turn;
     step the environments of the rows whose turn ended (:func:`turns_to_step`); drop finished rows."""
     from .kv_cache import RolloutCache   # imports transformers
@@ -354,12 +375,7 @@ def replay_turns(fmt, task_id: str, turns: list[list[int]], cfg: RolloutConfig |
     r = _start_rows([(task_id, seed)], fmt, cfg)[0]
     for turn in turns:
         r.feed_pending(len(r.pending), fmt.pad_id)
-        cut = next((j + 1 for j, t in enumerate(turn) if t in fmt.stop_ids), len(turn))
-        r.turn = list(turn[:min(cut, cfg.max_new_tokens)])
-        r.pending = [(t, 1, 0.0) for t in r.turn]
-        if r.turn[-1] not in fmt.stop_ids:   # forced close, as the worker does
-            r.pending.extend((c, 0, 0.0) for c in fmt.close_ids)
-        if _step_env(r, fmt, cfg):
+        if _queue_turn(r, fmt, cfg, turn, sampled=True):
             break
     r.feed_pending(len(r.pending), fmt.pad_id)
     return r.out
@@ -372,7 +388,7 @@ def without_pads(r: Rollout) -> Rollout:
     out = Rollout(r.task_id, r.seed, actions=r.actions, reward=r.reward, terminated=r.terminated,
                   truncated=r.truncated, end_reason=r.end_reason, tool_calls=r.tool_calls,
                   tool_errors=r.tool_errors, parse_errors=r.parse_errors, writes=r.writes,
-                  write_calls=r.write_calls, reward_info=r.reward_info)
+                  write_calls=r.write_calls, reward_info=r.reward_info, prefix_turns=r.prefix_turns)
     for t, a, p, m, lp in zip(r.ids, r.attn, r.pos, r.mask, r.old_logp):
         if a:
             out.append(t, 1, p, m, lp)
@@ -386,9 +402,11 @@ def scores_without_pads(model) -> bool:
     return str(getattr(getattr(model, "config", None), "_attn_implementation", "")).startswith("sinkflex")
 
 
-def group_specs(task_ids: list[str], group_size: int, seeds: list[int]) -> list[tuple[str, int]]:
-    """G copies of each task with that task's seed, group-contiguous."""
-    return [(tid, s) for tid, s in zip(task_ids, seeds) for _ in range(group_size)]
+def group_specs(task_ids: list[str], group_size: int, seeds: list[int], prefixes: list | None = None) -> list[tuple]:
+    """G copies of each task with that task's seed (and its turn prefix, when given), group-contiguous."""
+    if prefixes is None:
+        return [(tid, s) for tid, s in zip(task_ids, seeds) for _ in range(group_size)]
+    return [(tid, s, p) for tid, s, p in zip(task_ids, seeds, prefixes) for _ in range(group_size)]
 
 
 def collate(rollouts: list[Rollout], pad_id: int) -> dict[str, torch.Tensor]:

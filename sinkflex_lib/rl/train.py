@@ -24,8 +24,10 @@ tool_call_rate (tool calls per turn), tool_error_rate (errors per tool call), to
 rollout_s, update_s, step_s, peak_mem_gb (CPU: process peak RSS; CUDA: max allocated),
 update_groups (groups the update trained on), minibatches and optimizer_steps (the update's),
 tasks (the task of each group rolled out),
-group_rewards (each group's rewards, in the same order) and anchor_loss (the supervised term's
-loss with `anchor_weight` > 0, `anchor_loss`; NaN when off).
+group_rewards (each group's rewards, in the same order), anchor_loss (the supervised term's
+loss with `anchor_weight` > 0, `anchor_loss`; NaN when off) and, with `oracle_prefix` > 0,
+prefix_turns (the oracle turns each group started after, :mod:`.oracle_prefix`; its episodes'
+rewards, and so the training score, count those given turns).
 
 Checkpoints in DIR/checkpoint/: model.safetensors, optimizer.pt (tensors only, read with
 weights_only=True), state.json (step, RNG states, the running-reward window, config): reading
@@ -56,6 +58,7 @@ from ..envs.data import load_source
 from .evaluate import all_baselines, balanced_task_ids, is_write_task, summarize, task_kind
 from ..machine import ThreadPicker, deterministic_backward, peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg, train_config_overrides
+from .oracle_prefix import oracle_prefixes, prefix_fraction
 from .policy import build_policy, num_parameters
 from .pretrain import VARIANTS, EpisodeStream, PretrainConfig, weighted_loss
 from .runstate import (ResumeError, append_metrics, load_checkpoint, read_metrics, rewrite_metrics,
@@ -479,8 +482,9 @@ def grpo_step(run: _Run, step: int) -> dict:
     tids = [str(t) for t in rng.choice(run.train_ids, n_groups, replace=False)]
     tseeds = [int(s) for s in rng.integers(0, 2**31 - 1, n_groups)]
     gen = torch.Generator().manual_seed(_step_seed(run.seed, step))
-    rstats = {}
-    rollouts = rollout_batch(run.policy, group_specs(tids, cfg.group_size, tseeds), cfg.rollout_config(), gen, rstats)
+    rstats, prefixes = {}, step_prefixes(run, tids, step)
+    rollouts = rollout_batch(run.policy, group_specs(tids, cfg.group_size, tseeds, prefixes), cfg.rollout_config(),
+                             gen, rstats)
     run.window.extend(r.reward for r in rollouts)
     trained = credited(rollouts, load_source(cfg.source).tasks, cfg.write_credit) if cfg.write_credit else rollouts
     batch = informative_groups(trained, cfg.group_size, cfg.groups_per_step) if cfg.sample_groups else trained
@@ -499,10 +503,23 @@ def grpo_step(run: _Run, step: int) -> dict:
            "tokens_per_s": (rstats["rollout_forward_tokens"] + upd["update_tokens"]) / step_s,
            "peak_mem_gb": peak_memory_gb(run.device), "elapsed_s": time.perf_counter() - run.t_start,
            "tasks": tids, "group_rewards": [[r.reward for r in g] for g in groups_of(rollouts, cfg.group_size)]}
+    if prefixes is not None:
+        row["prefix_turns"] = [len(p) for p in prefixes]
     if cfg.write_credit:
         row["trained_reward_mean"] = float(np.mean([r.reward for r in trained]))
     row["training_score"] = row["reward_mean"]
     return row
+
+
+def step_prefixes(run: _Run, task_ids: list[str], step: int) -> list | None:
+    """Per task of the step, the oracle turns its group starts after (`cfg.oracle_prefix`'s reverse
+    curriculum, drawn from (seed, step) apart from the step's other draws); None when it is off."""
+    if not run.cfg.oracle_prefix:
+        return None
+    data = load_source(run.cfg.source)
+    fraction = prefix_fraction(run.cfg.oracle_prefix, step, run.cfg.steps)
+    return oracle_prefixes(run.policy.chat, data.tasks, data.db.tables["products"], task_ids, fraction,
+                           np.random.default_rng([run.seed, step, 1]))
 
 
 def _step_line(row: dict, steps: int) -> str:
