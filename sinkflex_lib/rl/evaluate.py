@@ -49,12 +49,12 @@ import numpy as np
 from ..envs import RetailEnv, load_source
 from ..envs.data import world_source
 from ..envs.episode import run_episode
-from ..envs.oracle import OracleAgent, ScriptAgent, oracle_script
+from ..envs.oracle import OracleAgent, ScriptAgent
 from ..envs.reward import gold_writes
 from ..machine import THREADS_HELP, choose_threads
-from .chat import canonical_action
 from .config import int_arg
 from .failures import CAUSES, failure_cause, tally
+from .oracle_prefix import oracle_turns
 from .rollout import RolloutConfig, replay_turns, rollout_batch
 
 NAN = float("nan")
@@ -103,8 +103,7 @@ def oracle_in_budget_rewards(fmt, source: str, task_ids: list[str], cfg: Rollout
     cfg = dataclasses.replace(cfg, source=source)
     data = load_source(source)
     tasks, products = data.tasks, data.db.tables["products"]
-    return {t: replay_turns(fmt, t, [fmt.completion(canonical_action(a)) for a in oracle_script(tasks[t], products)],
-                            cfg).reward for t in task_ids}
+    return {t: replay_turns(fmt, t, oracle_turns(fmt, tasks[t], products), cfg).reward for t in task_ids}
 
 
 def all_baselines(policy, source: str, task_ids: list[str], cfg: RolloutConfig) -> dict[str, dict[str, float]]:

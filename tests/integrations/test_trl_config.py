@@ -60,6 +60,7 @@ def test_overrides_and_geometry(tmp_path):
     (dict(shuffle_rewards=True), 1, {}, "shuffle_rewards"),
     (dict(write_credit=0.5), 1, {}, "write_credit"),
     (dict(anchor_weight=1.0), 1, {}, "anchor_weight"),
+    (dict(oracle_prefix=0.5), 1, {}, "oracle_prefix"),
     (dict(accumulation_steps=2), 1, {}, "accumulation_steps"),
     ({}, 1, dict(no_such_field=1), "unknown GRPOConfig field"),
 ])

@@ -23,6 +23,7 @@
 | `negative_advantage_scale` != 1, `shuffle_rewards` | (none)              | refused: TRL's advantages are the plain group-relative ones |
 | `write_credit` > 0              | (none)                              | refused: the rollout function returns tau2's reward |
 | `anchor_weight` > 0             | (none)                              | refused: GRPOTrainer's loss has no supervised term |
+| `oracle_prefix` > 0             | (none)                              | refused: GRPOTrainer's prompts are the tasks' first prompts |
 | `accumulation_steps` > 1        | (none)                              | refused: our last optimizer step of an update may average fewer minibatches |
 
 Token-mean in TRL: "bnpo" divides each micro-batch's token sum by its own token count, which is
@@ -103,6 +104,9 @@ def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int 
     if cfg.anchor_weight:
         raise ValueError("anchor_weight (a supervised loss on oracle episodes beside GRPO's) has no GRPOTrainer "
                          "equivalent here: its loss is the GRPO loss alone")
+    if cfg.oracle_prefix:
+        raise ValueError("oracle_prefix (episodes started after the oracle's first turns) has no GRPOTrainer "
+                         "equivalent here: its rollouts start from the tasks' first prompts")
     if cfg.accumulation_steps != 1:
         raise ValueError(f"accumulation_steps={cfg.accumulation_steps} is not mapped to TRL: GRPOConfig's "
                          "gradient_accumulation_steps is fixed at 1 here (one optimizer step per minibatch)")
