@@ -2,7 +2,8 @@
 solves a training task when its episode starts after the oracle's first k turns (given, not sampled:
 `sinkflex_lib.rl.oracle_prefix`), for k = n - 2 (only the write's call and the report left) down to
 n - 5, per kind; n: the task's oracle turns. Six training tasks of train-world:1000 a kind (the first
-by id), eight episodes each. Writes prefix_probe.md. Run: PYTHONPATH=. python figures/grpo_stage6_base/prefix_probe.py"""
+by id), a group of eight episodes each with one task seed. Writes prefix_probe.md.
+Run: PYTHONPATH=. python figures/grpo_stage6_base/prefix_probe.py [THREADS]   (default 2)"""
 import sys
 from pathlib import Path
 import numpy as np

@@ -68,9 +68,9 @@ class TrainConfig:
                                        # oracle episodes of fresh training worlds (`train.anchor_loss`; InstructGPT's
                                        # pretraining mix): a pull back to the job against the update's drift; 0: none
     anchor_batch: int = 4
-    oracle_prefix: float = 0.0         # reverse curriculum: each group starts after its task's first k oracle turns (given,
-                                       # no loss), k uniform up to this fraction of them at step 1, falling linearly to none
-                                       # at the last step (`oracle_prefix`); 0: every episode from scratch
+    oracle_prefix: float = 0.0         # reverse curriculum: each group starts after its task's first k oracle turns
+                                       # (given, no loss), k uniform up to this fraction of them at step 1, falling
+                                       # linearly to none at the last step (`oracle_prefix`); 0: all from scratch
     # rollouts
     max_turns: int = RolloutConfig.max_turns       # the rollout budgets' one source: RolloutConfig
     max_tokens: int = RolloutConfig.max_tokens

@@ -254,9 +254,10 @@ def rollout_batch(policy, specs: list[tuple[str, int]], cfg: RolloutConfig | Non
                   generator: torch.Generator | None = None, stats: dict | None = None) -> list[Rollout]:
     """Play one episode per (task_id, seed) in `specs`, all in one batched decode loop, in the
     policy's chat format (`policy.chat`, :mod:`.formats`); a spec (task_id, seed, prefix) starts
-    after the agent turns of `prefix` (token lists; mask 0: given, not sampled). A loop iteration: one forward over
-    every live row's pending tokens; sample the next token of every row still in its turn;
-    step the environments of the rows whose turn ended (:func:`turns_to_step`); drop finished rows."""
+    after the agent turns of `prefix` (token lists; mask 0: given, not sampled). A loop
+    iteration: one forward over every live row's pending tokens; sample the next token of every
+    row still in its turn; step the environments of the rows whose turn ended
+    (:func:`turns_to_step`); drop finished rows."""
     from .kv_cache import RolloutCache   # imports transformers
     from .lean_forward import LeanGptOss, supports
 
