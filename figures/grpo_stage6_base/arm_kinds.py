@@ -23,7 +23,8 @@ HERE = Path(__file__).parent
 ARMS = ["arm_P0_positive_only", "arm_P0_positive_only_seed1", "arm_P0_positive_only_seed2",
         "arm_RP0_seed0", "control_RP0_seed0_shuffled", "arm_RP0_seed1", "arm_RRT_seed0", "control_RRT_seed0_shuffled",
         "arm_RRD_seed0", "control_RRD_seed0_shuffled", "arm_RP0FX_seed0", "control_RP0FX_seed0_shuffled",
-        "arm_RP0FX_seed1", "control_RP0FX_seed1_shuffled", "arm_OP_seed0", "control_OP_seed0_shuffled"]
+        "arm_RP0FX_seed1", "control_RP0FX_seed1_shuffled", "arm_OP_seed0", "control_OP_seed0_shuffled",
+        "arm_OP_seed1", "control_OP_seed1_shuffled"]
 
 
 def arm_rows(stem: str) -> list[dict]:

@@ -113,12 +113,13 @@ ARMS = [
      "arm_RP0FX_seed1_step10", "control_RP0FX_seed1_step10"),
     ("RRD", "P0 on the training world's 24 returns and 4 of its 24 refusals (train_tasks: every sixth refusal "
      "by id)", "3b0199a", "arm_RRD_seed0_step30", "control_RRD_seed0_step30"),
-    ("OP", "P0 with the reverse curriculum (oracle_prefix=1.0: each group starts after k of its task's oracle "
+    ("OP seed 0", "P0 with the reverse curriculum (oracle_prefix=1.0: each group starts after k of its task's oracle "
      "turns, k up to a fraction of them falling from 1 to 0 over the 30 steps)", "173638f", "arm_OP_seed0_step30",
      "control_OP_seed0_step30"),
+    ("OP seed 1", "the same, seed 1", "08bac87", "arm_OP_seed1_step30", "control_OP_seed1_step30"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
-               "N5": ["N5 seed 0", "N5 seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
+               "N5": ["N5 seed 0", "N5 seed 1"], "OP": ["OP seed 0", "OP seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
                "L9-P0": [f"L9-P0 seed {s}" for s in range(3)], "R10-P0": [f"R10-P0 seed {s}" for s in range(3)],
                "L10-P0": [f"L10-P0 seed {s}" for s in range(3)], "L13-P0": [f"L13-P0 seed {s}" for s in range(3)],
                "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)],

@@ -50,7 +50,8 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0 on returns, then on refusals and transfers (2 seeds)": ["FXs0", "FXs1"],
           "P0 on returns, then shuffled on refusals and transfers (2 seeds)": ["CFXs0", "CFXs1"],
           "P0 on returns and a few refusals (RRD)": ["RRDs0"], "RRD's control": ["CRRDs0"],
-          "P0, seed 0": ["P0s0"], "P0 with the oracle-prefix curriculum (OP)": ["OPs0"], "OP's control": ["COPs0"]}
+          "P0, seeds 0 and 1": ["P0s0", "P0s1"], "P0 with the oracle-prefix curriculum (OP, 2 seeds)": ["OPs0", "OPs1"],
+          "OP's controls (2 seeds)": ["COPs0", "COPs1"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control",
@@ -58,13 +59,13 @@ CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": 
             "P0 on returns, then on refusals and transfers (2 seeds)":
                 "P0 on returns, then shuffled on refusals and transfers (2 seeds)",
             "P0 on returns and a few refusals (RRD)": "RRD's control",
-            "P0 with the oracle-prefix curriculum (OP)": "OP's control"}
+            "P0 with the oracle-prefix curriculum (OP, 2 seeds)": "OP's controls (2 seeds)"}
 ADDS_TO = {"P0 + anchor (3 seeds)": "P0 (3 seeds)",   # a group against the one it starts from or adds a term to
            "P0 on returns, then on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
            "P0 on returns, then shuffled on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
-           "P0 with the oracle-prefix curriculum (OP)": "P0, seed 0"}
+           "P0 with the oracle-prefix curriculum (OP, 2 seeds)": "P0, seeds 0 and 1"}
 SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2", "A1P0s0", "A1P0s1", "A1P0s2", "A1C0s0", "A1C0s1", "A1C0s2",
-          "A1L3P0s0", "A1L3P0s1", "FXs0", "FXs1", "CFXs0", "CFXs1"]
+          "A1L3P0s0", "A1L3P0s1", "FXs0", "FXs1", "CFXs0", "CFXs1", "OPs0", "OPs1", "COPs0", "COPs1"]
 POLICIES = list(dict.fromkeys(n for g in GROUPS.values() for n in g))
 KEEP = ("source", "n_tasks", "n_write_tasks", "mean_at_1", "write_mean_at_1", "do_nothing_mean_at_1",
         "do_nothing_write_mean_at_1", "oracle_mean_at_1", "oracle_write_mean_at_1", "per_kind", "per_task",
