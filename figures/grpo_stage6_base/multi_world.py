@@ -11,7 +11,9 @@ seed 0) and its shuffled-reward control; seed 1 (two threads, no control). Sessi
 refusals and transfers (RRT) and its control; from RP0 seeds 0 and 1, 10 steps of P0 on refusals and
 transfers (FX) and the same with shuffled rewards (CFX); P0 on the returns and 4 of the 24 refusals
 (RRD) and its control; the base again, bit-identical per task, to
-keep its failure causes, which `keep` keeps since then (evaluate's per-task `failures`).
+keep its failure causes, which `keep` keeps since then (evaluate's per-task `failures`). Session 48:
+300 more steps of the base's last pretraining stage (seed 7, D4) and the same from the base grown to
+six layers (D6, `sinkflex_lib.rl.grow`; `figures/pretrain_grown_base/`).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -51,7 +53,9 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0 on returns, then shuffled on refusals and transfers (2 seeds)": ["CFXs0", "CFXs1"],
           "P0 on returns and a few refusals (RRD)": ["RRDs0"], "RRD's control": ["CRRDs0"],
           "P0, seeds 0 and 1": ["P0s0", "P0s1"], "P0 with the oracle-prefix curriculum (OP, 2 seeds)": ["OPs0", "OPs1"],
-          "OP's controls (2 seeds)": ["COPs0", "COPs1"]}
+          "OP's controls (2 seeds)": ["COPs0", "COPs1"],
+          "the base, 300 more pretraining steps (seed 7, D4)": ["D4s7"],
+          "the base grown to 6 layers, then 300 steps (seed 7, D6)": ["D6s7"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control",
@@ -63,7 +67,8 @@ CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": 
 ADDS_TO = {"P0 + anchor (3 seeds)": "P0 (3 seeds)",   # a group against the one it starts from or adds a term to
            "P0 on returns, then on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
            "P0 on returns, then shuffled on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
-           "P0 with the oracle-prefix curriculum (OP, 2 seeds)": "P0, seeds 0 and 1"}
+           "P0 with the oracle-prefix curriculum (OP, 2 seeds)": "P0, seeds 0 and 1",
+           "the base grown to 6 layers, then 300 steps (seed 7, D6)": "the base, 300 more pretraining steps (seed 7, D4)"}
 SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2", "A1P0s0", "A1P0s1", "A1P0s2", "A1C0s0", "A1C0s1", "A1C0s2",
           "A1L3P0s0", "A1L3P0s1", "FXs0", "FXs1", "CFXs0", "CFXs1", "OPs0", "OPs1", "COPs0", "COPs1"]
 POLICIES = list(dict.fromkeys(n for g in GROUPS.values() for n in g))
