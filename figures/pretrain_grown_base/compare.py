@@ -36,8 +36,9 @@ def train_losses(name):
 
 def loss_lines():
     d4, d6 = train_losses("D4_seed7_metrics.jsonl"), train_losses("D6_seed7_metrics.jsonl")
-    out = ["", "Training loss on each step's new episodes (nats per weighted token; agent tokens alone), D6 - D4 paired",
-           "by step (mean ± 1.96 standard errors over the block's steps):", "",
+    out = ["", "Training loss of each step, on data no earlier step saw (`loss`: the episodes' weighted mean NLL plus",
+           "the look-ups'; `agent`: the episodes' agent tokens' mean NLL), D6 - D4 paired by step",
+           "(mean ± 1.96 standard errors over the block's steps):", "",
            "| steps | D4 loss | D6 loss | D6 - D4 | D4 agent | D6 agent | D6 - D4 agent |", "|---|---:|---:|---:|---:|---:|---:|"]
     for lo, hi in ((1, 100), (101, 200), (201, 300)):
         steps = [s for s in range(lo, hi + 1) if s in d4 and s in d6]

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from ..paths import TOKENIZER_DIR
-from .policy import POLICY_PRESETS, policy_shape
+from .policy import POLICY_PRESETS, policy_dir, policy_shape
 
 SHIPPED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 POLICY_FILES = SHIPPED_FILES + ("chat_template.jinja",)     # what a policy directory holds, where present
@@ -64,6 +64,28 @@ def copy_policy_files(src: str | Path, dest: str | Path, skip: tuple[str, ...] =
     for name in POLICY_FILES:
         if name not in skip and (src / name).is_file():
             shutil.copyfile(src / name, dest / name)
+
+
+def weights_dir(name_or_path: str | Path) -> Path:
+    """The directory of policy `name_or_path` (a shipped checkpoint's name or a path), checked to
+    hold the weights and config that tools reading safetensors need (FileNotFoundError if not)."""
+    path = policy_dir(name_or_path)
+    if not (path / "model.safetensors").is_file() or not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} is not a policy directory (config.json and model.safetensors)")
+    return path
+
+
+def write_weights_dir(dest: str | Path, like: str | Path, state: dict, config: dict | None = None) -> Path:
+    """The policy directory `dest`: the weights `state`, `config` (None: `like`'s config.json) and
+    the tokenizer files of the policy directory `like`."""
+    from safetensors.torch import save_file
+
+    dest = Path(dest)
+    copy_policy_files(like, dest, skip=("model.safetensors",) + (() if config is None else ("config.json",)))
+    if config is not None:
+        (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(state, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    return dest
 
 
 def check_checkpoint(folder: str | Path, tokenizer_dir: str | Path = TOKENIZER_DIR) -> list[str]:

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import copy_policy_files
-from .policy import policy_dir
+from .checkpoints import weights_dir, write_weights_dir
 
 # The parameters of a gpt-oss layer that write into the residual stream (zero in a copy).
 OUTPUT_PROJECTIONS = ("self_attn.o_proj.weight", "self_attn.o_proj.bias",
@@ -73,18 +72,13 @@ def grown_state_dict(state: dict[str, torch.Tensor], n_layers: int, after: list[
 def grow(source: str | Path, dest: str | Path, after: list[int]) -> Path:
     """Write the policy `source` (a directory or shipped name), grown by copies of the layers
     `after`, to the policy directory `dest`, with ``grow.json``."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
-    src = policy_dir(source)
-    if not (src / "model.safetensors").is_file() or not (src / "config.json").is_file():
-        raise FileNotFoundError(f"{src} is not a policy directory (config.json and model.safetensors)")
+    src = weights_dir(source)
     config = json.loads((src / "config.json").read_text())
     new_config = grown_config(config, after)
     state = grown_state_dict(load_file(str(src / "model.safetensors")), config["num_hidden_layers"], after)
-    dest = Path(dest)
-    copy_policy_files(src, dest, skip=("config.json", "model.safetensors"))
-    (dest / "config.json").write_text(json.dumps(new_config, indent=2) + "\n")
-    save_file(state, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    dest = write_weights_dir(dest, src, state, new_config)
     (dest / "grow.json").write_text(json.dumps({"source": str(src), "after": list(after),
                                                 "layers": [config["num_hidden_layers"],
                                                            new_config["num_hidden_layers"]]}, indent=1) + "\n")

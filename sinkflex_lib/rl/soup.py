@@ -24,8 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoints import copy_policy_files
-from .policy import policy_dir
+from .checkpoints import weights_dir, write_weights_dir
 
 
 def soup_weights(n: int, weights: list[float] | None = None) -> list[float]:
@@ -67,12 +66,9 @@ def mean_state_dict(state_dicts: list[dict[str, torch.Tensor]], weights: list[fl
 def soup(sources: list[str | Path], dest: str | Path, weights: list[float] | None = None) -> Path:
     """Write the weighted mean of the policies `sources` (directories or shipped names) to `dest`,
     with the first source's config and tokenizer and ``soup.json``. The sources' configs must be equal."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
-    dirs = [policy_dir(s) for s in sources]
-    for d in dirs:
-        if not (d / "model.safetensors").is_file() or not (d / "config.json").is_file():
-            raise FileNotFoundError(f"{d} is not a policy directory (config.json and model.safetensors)")
+    dirs = [weights_dir(s) for s in sources]
     configs = [json.loads((d / "config.json").read_text()) for d in dirs]
     for d, c in zip(dirs[1:], configs[1:]):
         if c != configs[0]:
@@ -80,9 +76,7 @@ def soup(sources: list[str | Path], dest: str | Path, weights: list[float] | Non
             raise ValueError(f"{d}'s config differs from {dirs[0]}'s in {diff}")
     weights = soup_weights(len(dirs), weights)
     mean = mean_state_dict([load_file(str(d / "model.safetensors")) for d in dirs], weights)
-    dest = Path(dest)
-    copy_policy_files(dirs[0], dest, skip=("model.safetensors",))
-    save_file(mean, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    dest = write_weights_dir(dest, dirs[0], mean)
     (dest / "soup.json").write_text(json.dumps({"sources": [str(d) for d in dirs], "weights": weights},
                                                indent=1) + "\n")
     return dest

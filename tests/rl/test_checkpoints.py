@@ -90,3 +90,22 @@ def test_copy_policy_files_copies_what_a_policy_directory_holds(tmp_path):
     ck.copy_policy_files(src, tmp_path / "b", skip=("model.safetensors",))
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["config.json", "tokenizer.json"]
     assert (tmp_path / "b" / "config.json").read_text() == "config.json"
+
+
+def test_weights_dirs_are_checked_and_written_with_their_tokenizer(tmp_path):
+    from safetensors.torch import load_file
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tokenizer.json").write_text("tok")
+    (src / "config.json").write_text('{"a": 1}')
+    with pytest.raises(FileNotFoundError, match="not a policy directory"):
+        ck.weights_dir(src)                 # no model.safetensors
+    state = {"w": torch.arange(6.0).reshape(2, 3)}
+    ck.write_weights_dir(tmp_path / "same", src, state)
+    assert ck.weights_dir(tmp_path / "same") == tmp_path / "same"
+    assert json.loads((tmp_path / "same" / "config.json").read_text()) == {"a": 1}
+    assert (tmp_path / "same" / "tokenizer.json").read_text() == "tok"
+    assert torch.equal(load_file(str(tmp_path / "same" / "model.safetensors"))["w"], state["w"])
+    ck.write_weights_dir(tmp_path / "new", src, state, config={"a": 2})
+    assert json.loads((tmp_path / "new" / "config.json").read_text()) == {"a": 2}
