@@ -33,6 +33,8 @@ class TrainConfig:
     train_split: str = "train"
     train_kinds: list | None = None    # train only on tasks of these kinds (None: all); validation keeps all
     train_tasks: list | None = None    # train only on these task ids of `source` (None: all of train_split)
+    kind_phase_steps: int = 0          # one task kind at a time, in turn (train_kinds' order, else sorted by name):
+                                       # each kind's tasks alone for this many GRPO steps; 0: every kind every step
     val_source: str = "eval-world:0"   # held-out world: no id of it occurs in any training source
     val_split: str | None = None       # a split of val_source (e.g. tau2's "test"): all its tasks
     # warm start (behaviour cloning on oracle episodes; 0 episodes: none, e.g. from a base policy)
@@ -88,6 +90,8 @@ class TrainConfig:
         check_credit(self.write_credit)
         if not 0.0 <= self.oracle_prefix <= 1.0:
             raise ValueError(f"oracle_prefix must lie in [0, 1], got {self.oracle_prefix!r}")
+        if self.kind_phase_steps < 0:
+            raise ValueError(f"kind_phase_steps must be >= 0, got {self.kind_phase_steps!r}")
         if self.accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps!r}")
         if self.anchor_weight < 0 or (self.anchor_weight > 0 and self.anchor_batch < 1):

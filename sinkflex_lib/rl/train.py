@@ -107,10 +107,31 @@ def training_tasks(cfg: TrainConfig) -> list[str]:
         if unknown:
             raise ValueError(f"train_kinds: no task of kind(s) {sorted(unknown)} among the training tasks of {cfg.source!r}")
         ids = [t for t in ids if task_kind(tasks[t]) in cfg.train_kinds]
+    for pool in task_pools(cfg, ids):
+        _check_drawable(cfg, pool)
+    return ids
+
+
+def task_pools(cfg: TrainConfig, ids: list[str]) -> list[list[str]]:
+    """What the GRPO steps draw their tasks from, in turn: [ids], or with `kind_phase_steps` one
+    list per task kind (in `train_kinds`' order when set, else sorted by kind), each in ids' order."""
+    if not cfg.kind_phase_steps:
+        return [list(ids)]
+    tasks = load_source(cfg.source).tasks
+    kinds = cfg.train_kinds or sorted({task_kind(tasks[t]) for t in ids})
+    return [[t for t in ids if task_kind(tasks[t]) == k] for k in dict.fromkeys(kinds)]
+
+
+def step_pool(cfg: TrainConfig, pools: list[list[str]], step: int) -> list[str]:
+    """The pool step `step` (from 1) draws from: each pool for `kind_phase_steps` steps, then the next."""
+    return pools[(step - 1) // max(1, cfg.kind_phase_steps) % len(pools)]
+
+
+def _check_drawable(cfg: TrainConfig, ids: list[str]) -> None:
     drawn = cfg.sample_groups or cfg.groups_per_step
     if drawn > len(ids):
-        raise ValueError(f"a step draws {drawn} distinct tasks, but only {len(ids)} are trained on")
-    return ids
+        what = "a kind's phase has" if cfg.kind_phase_steps else "are trained on"
+        raise ValueError(f"a step draws {drawn} distinct tasks, but only {len(ids)} {what}")
 
 
 def _fixed_training_tasks(cfg: TrainConfig) -> list[str]:
@@ -362,6 +383,7 @@ class _Run:
     policy: object
     opt: torch.optim.Optimizer
     train_ids: list
+    pools: list       # task_pools: what the steps draw from, in turn
     val_ids: list
     window: deque
     t_start: float
@@ -399,7 +421,8 @@ def _prepare(cfg: TrainConfig, out_dir: Path, seed: int, device, policy) -> _Run
                          f"a {policy.chat.name} policy")
     opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.99))
     anchor = anchor_stream(policy, cfg, seed) if cfg.anchor_weight > 0 else None
-    return _Run(cfg, out_dir, seed, device, policy, opt, training_tasks(cfg),
+    train_ids = training_tasks(cfg)
+    return _Run(cfg, out_dir, seed, device, policy, opt, train_ids, task_pools(cfg, train_ids),
                 validation_tasks(cfg), deque(maxlen=cfg.traj_window), time.perf_counter(), anchor)
 
 
@@ -479,7 +502,7 @@ def grpo_step(run: _Run, step: int) -> dict:
         torch.cuda.reset_peak_memory_stats()
     rng = np.random.default_rng([run.seed, step])
     n_groups = cfg.sample_groups or cfg.groups_per_step
-    tids = [str(t) for t in rng.choice(run.train_ids, n_groups, replace=False)]
+    tids = [str(t) for t in rng.choice(step_pool(cfg, run.pools, step), n_groups, replace=False)]
     tseeds = [int(s) for s in rng.integers(0, 2**31 - 1, n_groups)]
     gen = torch.Generator().manual_seed(_step_seed(run.seed, step))
     rstats, prefixes = {}, step_prefixes(run, tids, step)

@@ -132,6 +132,28 @@ def test_train_kinds_restricts_the_training_tasks_and_refuses_unknown_kinds():
         train_mod.training_tasks(TrainConfig.from_profile("smoke", train_kinds=["teleport"]))
 
 
+def test_kind_phases_draw_each_step_from_one_kind_in_turn(tmp_path, fake_rewards):
+    from sinkflex_lib.envs.data import load_source
+
+    kind = lambda t: load_source("mini").tasks[t]["description"]["purpose"]
+    cfg = TrainConfig.from_profile("smoke", **{**TINY, "steps": 5}, kind_phase_steps=2, train_kinds=["refuse", "cancel"])
+    assert [{kind(t) for t in pool} for pool in train_mod.task_pools(cfg, train_mod.training_tasks(cfg))] == [
+        {"refuse"}, {"cancel"}]
+    train(cfg, tmp_path, seed=0, log=lambda m: None)
+    drawn = [{kind(t) for t in r["tasks"]} for r in read_metrics(tmp_path) if r["kind"] == "train"]
+    assert drawn == [{"refuse"}, {"refuse"}, {"cancel"}, {"cancel"}, {"refuse"}]
+    every = TrainConfig.from_profile("smoke", kind_phase_steps=1)   # no train_kinds: every kind, sorted by name
+    pools = train_mod.task_pools(every, train_mod.training_tasks(every))
+    assert [kind(p[0]) for p in pools] == sorted({kind(t) for t in train_mod.training_tasks(every)})
+    assert train_mod.task_pools(dataclasses.replace(every, kind_phase_steps=0), ["cancel_000", "refuse_000"]) == [
+        ["cancel_000", "refuse_000"]]
+    with pytest.raises(ValueError, match="a kind's phase has"):   # a kind with fewer tasks than a step draws
+        train_mod.training_tasks(TrainConfig.from_profile("smoke", kind_phase_steps=1, train_tasks=[
+            "cancel_000", "refuse_000", "refuse_001"]))
+    with pytest.raises(ValueError, match="kind_phase_steps"):
+        TrainConfig.from_profile("smoke", kind_phase_steps=-1)
+
+
 def test_train_tasks_fixes_the_training_tasks_and_refuses_unknown_ids_or_too_few():
     cfg = TrainConfig.from_profile("smoke", train_tasks=["refuse_000", "cancel_001", "cancel_000"])
     assert train_mod.training_tasks(cfg) == ["refuse_000", "cancel_001", "cancel_000"]
