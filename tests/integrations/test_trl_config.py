@@ -62,6 +62,7 @@ def test_overrides_and_geometry(tmp_path):
     (dict(anchor_weight=1.0), 1, {}, "anchor_weight"),
     (dict(oracle_prefix=0.5), 1, {}, "oracle_prefix"),
     (dict(accumulation_steps=2), 1, {}, "accumulation_steps"),
+    (dict(kind_phase_steps=5), 1, {}, "kind_phase_steps"),
     ({}, 1, dict(no_such_field=1), "unknown GRPOConfig field"),
 ])
 def test_bad_input_names_the_field(tmp_path, cfg_change, processes, overrides, match):

@@ -25,6 +25,7 @@
 | `anchor_weight` > 0             | (none)                              | refused: GRPOTrainer's loss has no supervised term |
 | `oracle_prefix` > 0             | (none)                              | refused: GRPOTrainer's prompts are the tasks' first prompts |
 | `accumulation_steps` > 1        | (none)                              | refused: our last optimizer step of an update may average fewer minibatches |
+| `kind_phase_steps` > 0          | (none)                              | refused: GRPOTrainer's sampler draws from every training task each step |
 
 Token-mean in TRL: "bnpo" divides each micro-batch's token sum by its own token count, which is
 our per-minibatch token-mean exactly in one process; with P processes DDP averages the P local
@@ -110,6 +111,9 @@ def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int 
     if cfg.accumulation_steps != 1:
         raise ValueError(f"accumulation_steps={cfg.accumulation_steps} is not mapped to TRL: GRPOConfig's "
                          "gradient_accumulation_steps is fixed at 1 here (one optimizer step per minibatch)")
+    if cfg.kind_phase_steps:
+        raise ValueError("kind_phase_steps (one task kind at a time) has no GRPOTrainer equivalent here: its "
+                         "sampler draws from every training task each step")
     if cfg.negative_advantage_scale != 1 or cfg.shuffle_rewards:
         raise ValueError("negative_advantage_scale != 1 and shuffle_rewards (the control without signal) have no "
                          "GRPOTrainer equivalent: TRL computes plain group-relative advantages")
