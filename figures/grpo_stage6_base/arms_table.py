@@ -117,6 +117,10 @@ ARMS = [
      "turns, k up to a fraction of them falling from 1 to 0 over the 30 steps)", "173638f", "arm_OP_seed0_step30",
      "control_OP_seed0_step30"),
     ("OP seed 1", "the same, seed 1", "08bac87", "arm_OP_seed1_step30", "control_OP_seed1_step30"),
+    ("KP, step 40", "P0 on one task kind at a time (kind_phase_steps=5: 5 steps each of returns, refusals, cancels, "
+     "address changes, transfers, payment changes, default addresses, compound requests), one pass",
+     "1d2517a", "arm_KP_seed0_step40_eval_110", "control_KP_seed0_step40_eval_110"),
+    ("KP, step 80", "the same run, two passes", "1d2517a", "arm_KP_seed0_step80", "control_KP_seed0_step80"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "OP": ["OP seed 0", "OP seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],

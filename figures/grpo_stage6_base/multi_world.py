@@ -13,7 +13,8 @@ transfers (FX) and the same with shuffled rewards (CFX); P0 on the returns and 4
 (RRD) and its control; the base again, bit-identical per task, to
 keep its failure causes, which `keep` keeps since then (evaluate's per-task `failures`). Session 48:
 300 more steps of the base's last pretraining stage (seed 7, D4) and the same from the base grown to
-six layers (D6, `sinkflex_lib.rl.grow`; `figures/pretrain_grown_base/`).
+six layers (D6, `sinkflex_lib.rl.grow`; `figures/pretrain_grown_base/`). Session 49: P0 one task kind at a
+time (KP, `kind_phase_steps=5`, seed 0, at 1d2517a) and its shuffled-reward control, at steps 40 and 80.
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -55,7 +56,9 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0, seeds 0 and 1": ["P0s0", "P0s1"], "P0 with the oracle-prefix curriculum (OP, 2 seeds)": ["OPs0", "OPs1"],
           "OP's controls (2 seeds)": ["COPs0", "COPs1"],
           "the base, 300 more pretraining steps (seed 7, D4)": ["D4s7"],
-          "the base grown to 6 layers, then 300 steps (seed 7, D6)": ["D6s7"]}
+          "the base grown to 6 layers, then 300 steps (seed 7, D6)": ["D6s7"],
+          "P0 one kind at a time (KP, seed 0), step 40": ["KP40s0"], "KP's control, step 40": ["CKP40s0"],
+          "P0 one kind at a time (KP, seed 0), step 80": ["KPs0"], "KP's control, step 80": ["CKPs0"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control",
@@ -63,7 +66,9 @@ CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": 
             "P0 on returns, then on refusals and transfers (2 seeds)":
                 "P0 on returns, then shuffled on refusals and transfers (2 seeds)",
             "P0 on returns and a few refusals (RRD)": "RRD's control",
-            "P0 with the oracle-prefix curriculum (OP, 2 seeds)": "OP's controls (2 seeds)"}
+            "P0 with the oracle-prefix curriculum (OP, 2 seeds)": "OP's controls (2 seeds)",
+            "P0 one kind at a time (KP, seed 0), step 40": "KP's control, step 40",
+            "P0 one kind at a time (KP, seed 0), step 80": "KP's control, step 80"}
 ADDS_TO = {"P0 + anchor (3 seeds)": "P0 (3 seeds)",   # a group against the one it starts from or adds a term to
            "P0 on returns, then on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
            "P0 on returns, then shuffled on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
