@@ -49,8 +49,8 @@ def val_rows(stem: str) -> list[dict]:
 def main() -> str:
     parts = []
     for name, stem in RUNS.items():
-        parts += [f"### {name} (`{stem}_metrics.jsonl`)", "", markdown_table(phase_rows(stem)), "",
-                  markdown_table(val_rows(stem)), ""]
+        parts += [f"### {name} (`{stem}_metrics.jsonl`)", "", markdown_table(phase_rows(stem)).rstrip(), "",
+                  markdown_table(val_rows(stem)).rstrip(), ""]
     text = "\n".join(["# KP: GRPO one task kind at a time (`kind_phase_steps=5`), phase by phase", "",
                       __doc__.split("\n\n", 2)[2], ""] + parts)
     (HERE / "kind_phases.md").write_text(text)

@@ -4,7 +4,8 @@
 
 or `train(TrainConfig.from_profile("cpu"), out_dir, seed)` (a :class:`TrainResult`; the
 config and its profiles live in :mod:`.config`). Per GRPO step (`grpo_step`): sample
-`groups_per_step` training tasks (each with its own task seed), roll out `group_size`
+`groups_per_step` training tasks (each with its own task seed; with `kind_phase_steps`, tasks of
+one kind, the kinds in turn: `task_pools`), roll out `group_size`
 episodes of each in one batched decode loop, score them (the environment's reward), compute
 group advantages (paper eq. 3), and take `ppo_epochs` passes of minibatch updates of the
 clipped loss (eqs. 4-7) with gradient clipping, one optimizer step per `accumulation_steps`
