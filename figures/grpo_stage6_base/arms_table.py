@@ -121,6 +121,7 @@ ARMS = [
      "address changes, transfers, payment changes, default addresses, compound requests), one pass",
      "1d2517a", "arm_KP_seed0_step40_eval_110", "control_KP_seed0_step40_eval_110"),
     ("KP, step 80", "the same run, two passes", "1d2517a", "arm_KP_seed0_step80", "control_KP_seed0_step80"),
+    ("KP seed 1, step 40", "the same, seed 1, one pass (two threads, no control)", "24deb2d", "arm_KP_seed1_step40", None),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "OP": ["OP seed 0", "OP seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],

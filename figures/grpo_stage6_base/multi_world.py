@@ -14,7 +14,7 @@ transfers (FX) and the same with shuffled rewards (CFX); P0 on the returns and 4
 keep its failure causes, which `keep` keeps since then (evaluate's per-task `failures`). Session 48:
 300 more steps of the base's last pretraining stage (seed 7, D4) and the same from the base grown to
 six layers (D6, `sinkflex_lib.rl.grow`; `figures/pretrain_grown_base/`). Session 49: P0 one task kind at a
-time (KP, `kind_phase_steps=5`, seed 0, at 1d2517a) and its shuffled-reward control, at steps 40 and 80.
+time (KP, `kind_phase_steps=5`, seed 0, at 1d2517a) and its shuffled-reward control, at steps 40 and 80; seed 1 to step 40 (two threads, no control).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -58,7 +58,8 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "the base, 300 more pretraining steps (seed 7, D4)": ["D4s7"],
           "the base grown to 6 layers, then 300 steps (seed 7, D6)": ["D6s7"],
           "P0 one kind at a time (KP, seed 0), step 40": ["KP40s0"], "KP's control, step 40": ["CKP40s0"],
-          "P0 one kind at a time (KP, seed 0), step 80": ["KPs0"], "KP's control, step 80": ["CKPs0"]}
+          "P0 one kind at a time (KP, seed 0), step 80": ["KPs0"], "KP's control, step 80": ["CKPs0"],
+          "KP seed 1, step 40 (two threads, no control)": ["KPs1"], "KP, step 40 (2 seeds)": ["KP40s0", "KPs1"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control",
