@@ -99,19 +99,28 @@ def world_source(partition: str, seed: int) -> str:
     return f"{prefix}:{seed}"
 
 
-def _world(source: str) -> RetailData | None:
-    """The generated world named by `source`, or None if `source` names no world."""
+def parse_world(source: str) -> tuple[str, int] | None:
+    """(partition, seed) of a generated world's source name ("train-world:7": ("train", 7)), or None
+    if `source` names no world; ValueError for a world prefix without an integer seed >= 0."""
     prefix, _, seed = source.partition(":")
     if prefix not in WORLD_PARTITIONS:
         return None
     if not seed.isdigit():
         raise ValueError(f"a world source is '<{'|'.join(WORLD_PARTITIONS)}>:<seed>' with an integer "
                          f"seed >= 0, got {source!r}")
+    return WORLD_PARTITIONS[prefix], int(seed)
+
+
+def _world(source: str) -> RetailData | None:
+    """The generated world named by `source`, or None if `source` names no world."""
+    world = parse_world(source)
+    if world is None:
+        return None
     if source not in _WORLDS:
         from .mini_policy import policy_text
         from .synthetic import generate_world
 
-        db, tasks, splits = generate_world(int(seed), WORLD_PARTITIONS[prefix])
+        db, tasks, splits = generate_world(world[1], world[0])
         while len(_WORLDS) >= WORLD_CACHE:
             _WORLDS.pop(next(iter(_WORLDS)))
         _WORLDS[source] = RetailData(source, None, BaseDB(db), {t["id"]: t for t in tasks},

@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..envs.data import parse_world
 from .rollout import RolloutConfig
 from .write_credit import check_credit
 
@@ -35,6 +36,8 @@ class TrainConfig:
     train_tasks: list | None = None    # train only on these task ids of `source` (None: all of train_split)
     kind_phase_steps: int = 0          # one task kind at a time, in turn (train_kinds' order, else sorted by name):
                                        # each kind's tasks alone for this many GRPO steps; 0: every kind every step
+    world_steps: int = 0               # a fresh training world every this many GRPO steps (source "train-world:S":
+                                       # steps 1..n draw from world S, the next n from S+1, ...); 0: `source` throughout
     val_source: str = "eval-world:0"   # held-out world: no id of it occurs in any training source
     val_split: str | None = None       # a split of val_source (e.g. tau2's "test"): all its tasks
     # warm start (behaviour cloning on oracle episodes; 0 episodes: none, e.g. from a base policy)
@@ -92,6 +95,13 @@ class TrainConfig:
             raise ValueError(f"oracle_prefix must lie in [0, 1], got {self.oracle_prefix!r}")
         if self.kind_phase_steps < 0:
             raise ValueError(f"kind_phase_steps must be >= 0, got {self.kind_phase_steps!r}")
+        if self.world_steps < 0:
+            raise ValueError(f"world_steps must be >= 0, got {self.world_steps!r}")
+        if self.world_steps and (parse_world(str(self.source)) or ("",))[0] != "train":
+            raise ValueError(f"world_steps needs source='train-world:<seed>' (a generated training world), got {self.source!r}")
+        if self.world_steps and self.train_tasks is not None:
+            raise ValueError("world_steps draws each world's own training tasks; train_tasks (the ids of one source) "
+                             "cannot be combined with it")
         if self.accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps!r}")
         if self.anchor_weight < 0 or (self.anchor_weight > 0 and self.anchor_batch < 1):

@@ -5,7 +5,8 @@
 or `train(TrainConfig.from_profile("cpu"), out_dir, seed)` (a :class:`TrainResult`; the
 config and its profiles live in :mod:`.config`). Per GRPO step (`grpo_step`): sample
 `groups_per_step` training tasks (each with its own task seed; with `kind_phase_steps`, tasks of
-one kind, the kinds in turn: `task_pools`), roll out `group_size`
+one kind, the kinds in turn: `task_pools`; with `world_steps`, of a fresh training world every
+that many steps: `step_world`), roll out `group_size`
 episodes of each in one batched decode loop, score them (the environment's reward), compute
 group advantages (paper eq. 3), and take `ppo_epochs` passes of minibatch updates of the
 clipped loss (eqs. 4-7) with gradient clipping, one optimizer step per `accumulation_steps`
@@ -24,7 +25,7 @@ policy_loss, response_length (sampled tokens per episode), episode_tokens, turns
 tool_call_rate (tool calls per turn), tool_error_rate (errors per tool call), tokens_per_s,
 rollout_s, update_s, step_s, peak_mem_gb (CPU: process peak RSS; CUDA: max allocated),
 update_groups (groups the update trained on), minibatches and optimizer_steps (the update's),
-tasks (the task of each group rolled out),
+tasks (the task of each group rolled out; with `world_steps`, source: the step's training world),
 group_rewards (each group's rewards, in the same order), anchor_loss (the supervised term's
 loss with `anchor_weight` > 0, `anchor_loss`; NaN when off) and, with `oracle_prefix` > 0,
 prefix_turns (the oracle turns each group started after, :mod:`.oracle_prefix`; its episodes'
@@ -55,7 +56,7 @@ import torch
 
 from ..envs import RetailEnv
 from ..grpo import group_advantages, grpo_loss, permute_within_groups, scale_negative
-from ..envs.data import load_source
+from ..envs.data import load_source, parse_world, world_source
 from .evaluate import all_baselines, balanced_task_ids, is_write_task, summarize, task_kind
 from ..machine import ThreadPicker, deterministic_backward, peak_memory_gb
 from .config import PROFILES, SEED, TrainConfig, int_arg, train_config_overrides
@@ -126,6 +127,18 @@ def task_pools(cfg: TrainConfig, ids: list[str]) -> list[list[str]]:
 def step_pool(cfg: TrainConfig, pools: list[list[str]], step: int) -> list[str]:
     """The pool step `step` (from 1) draws from: each pool for `kind_phase_steps` steps, then the next."""
     return pools[(step - 1) // max(1, cfg.kind_phase_steps) % len(pools)]
+
+
+def step_world(run: "_Run", step: int) -> tuple[TrainConfig, list[list[str]]]:
+    """The config and task pools of GRPO step `step` (from 1): the run's own, or with `world_steps`
+    the same config on the training world S + (step - 1) // world_steps (source "train-world:S")
+    and that world's pools."""
+    cfg = run.cfg
+    if not cfg.world_steps:
+        return cfg, run.pools
+    _, first = parse_world(cfg.source)
+    cfg = dataclasses.replace(cfg, source=world_source("train", first + (step - 1) // cfg.world_steps))
+    return cfg, task_pools(cfg, training_tasks(cfg))
 
 
 def _check_drawable(cfg: TrainConfig, ids: list[str]) -> None:
@@ -203,9 +216,12 @@ def informative_groups(rollouts, group_size: int, limit: int) -> list:
 def write_tasks_with_spread(train_rows: list[dict], source: str, k: int) -> list[str]:
     """The first `k` distinct write tasks (`evaluate.is_write_task`) whose group had reward spread
     in a run's train rows (their `tasks` and `group_rewards`), in step order: where that run's
-    policy sometimes did the job and sometimes not, so GRPO had something to learn from."""
+    policy sometimes did the job and sometimes not, so GRPO had something to learn from. Rows of
+    another training world (`world_steps`' "source") are refused: their ids name other tasks."""
     tasks, found = load_source(source).tasks, []
     for row in _train_steps(train_rows):
+        if row.get("source", source) != source:
+            raise ValueError(f"a train row of step {row.get('step')} is from {row['source']!r}, not {source!r}")
         for tid, rewards in zip(row["tasks"], row["group_rewards"]):
             if len(set(rewards)) > 1 and is_write_task(tasks[tid]) and tid not in found:
                 found.append(tid)
@@ -498,15 +514,16 @@ def _resume(run: _Run, log) -> int:
 def grpo_step(run: _Run, step: int) -> dict:
     """One GRPO step: sample tasks, roll out their groups, update; the step's metrics row.
     All randomness derives from (seed, step)."""
-    cfg, ts = run.cfg, time.perf_counter()
+    ts = time.perf_counter()
+    cfg, pools = step_world(run, step)
     if torch.device(run.device).type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     rng = np.random.default_rng([run.seed, step])
     n_groups = cfg.sample_groups or cfg.groups_per_step
-    tids = [str(t) for t in rng.choice(step_pool(cfg, run.pools, step), n_groups, replace=False)]
+    tids = [str(t) for t in rng.choice(step_pool(cfg, pools, step), n_groups, replace=False)]
     tseeds = [int(s) for s in rng.integers(0, 2**31 - 1, n_groups)]
     gen = torch.Generator().manual_seed(_step_seed(run.seed, step))
-    rstats, prefixes = {}, step_prefixes(run, tids, step)
+    rstats, prefixes = {}, step_prefixes(run, tids, step, cfg.source)
     rollouts = rollout_batch(run.policy, group_specs(tids, cfg.group_size, tseeds, prefixes), cfg.rollout_config(),
                              gen, rstats)
     run.window.extend(r.reward for r in rollouts)
@@ -529,18 +546,21 @@ def grpo_step(run: _Run, step: int) -> dict:
            "tasks": tids, "group_rewards": [[r.reward for r in g] for g in groups_of(rollouts, cfg.group_size)]}
     if prefixes is not None:
         row["prefix_turns"] = [len(p) for p in prefixes]
+    if cfg.world_steps:
+        row["source"] = cfg.source
     if cfg.write_credit:
         row["trained_reward_mean"] = float(np.mean([r.reward for r in trained]))
     row["training_score"] = row["reward_mean"]
     return row
 
 
-def step_prefixes(run: _Run, task_ids: list[str], step: int) -> list | None:
-    """Per task of the step, the oracle turns its group starts after (`cfg.oracle_prefix`'s reverse
-    curriculum, drawn from (seed, step) apart from the step's other draws); None when it is off."""
+def step_prefixes(run: _Run, task_ids: list[str], step: int, source: str | None = None) -> list | None:
+    """Per task of the step (of `source`, None: the run's), the oracle turns its group starts after
+    (`cfg.oracle_prefix`'s reverse curriculum, drawn from (seed, step) apart from the step's other
+    draws); None when it is off."""
     if not run.cfg.oracle_prefix:
         return None
-    data = load_source(run.cfg.source)
+    data = load_source(source or run.cfg.source)
     fraction = prefix_fraction(run.cfg.oracle_prefix, step, run.cfg.steps)
     return oracle_prefixes(run.policy.chat, data.tasks, data.db.tables["products"], task_ids, fraction,
                            np.random.default_rng([run.seed, step, 1]))

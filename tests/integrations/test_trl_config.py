@@ -63,6 +63,7 @@ def test_overrides_and_geometry(tmp_path):
     (dict(oracle_prefix=0.5), 1, {}, "oracle_prefix"),
     (dict(accumulation_steps=2), 1, {}, "accumulation_steps"),
     (dict(kind_phase_steps=5), 1, {}, "kind_phase_steps"),
+    (dict(world_steps=5), 1, {}, "world_steps"),
     ({}, 1, dict(no_such_field=1), "unknown GRPOConfig field"),
 ])
 def test_bad_input_names_the_field(tmp_path, cfg_change, processes, overrides, match):

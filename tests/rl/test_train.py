@@ -154,6 +154,27 @@ def test_kind_phases_draw_each_step_from_one_kind_in_turn(tmp_path, fake_rewards
         TrainConfig.from_profile("smoke", kind_phase_steps=-1)
 
 
+def test_world_steps_draw_each_step_from_a_fresh_training_world_in_turn(tmp_path, fake_rewards):
+    from sinkflex_lib.envs.data import load_source
+
+    cfg = TrainConfig.from_profile("smoke", **{**TINY, "steps": 5}, source="train-world:40", world_steps=2,
+                                   kind_phase_steps=1, train_kinds=["refuse", "cancel"])
+    train(cfg, tmp_path, seed=0, log=lambda m: None)
+    rows = [r for r in read_metrics(tmp_path) if r["kind"] == "train"]
+    assert [r["source"] for r in rows] == ["train-world:40"] * 2 + ["train-world:41"] * 2 + ["train-world:42"]
+    for row, kind in zip(rows, ["refuse", "cancel", "refuse", "cancel", "refuse"]):   # kind phases within worlds
+        world = load_source(row["source"])
+        assert set(row["tasks"]) <= set(world.splits["train"])
+        assert {world.tasks[t]["description"]["purpose"] for t in row["tasks"]} == {kind}
+    with pytest.raises(ValueError, match="is from 'train-world:41'"):   # ids of other worlds name other tasks
+        train_mod.write_tasks_with_spread(rows, "train-world:40", 5)
+    for bad, match in [(dict(world_steps=-1), "world_steps must be"), (dict(world_steps=1), "train-world:<seed>"),
+                       (dict(world_steps=1, source="eval-world:3"), "train-world:<seed>"),
+                       (dict(world_steps=1, source="train-world:3", train_tasks=["cancel_000"]), "train_tasks")]:
+        with pytest.raises(ValueError, match=match):
+            TrainConfig.from_profile("smoke", **bad)
+
+
 def test_train_tasks_fixes_the_training_tasks_and_refuses_unknown_ids_or_too_few():
     cfg = TrainConfig.from_profile("smoke", train_tasks=["refuse_000", "cancel_001", "cancel_000"])
     assert train_mod.training_tasks(cfg) == ["refuse_000", "cancel_001", "cancel_000"]

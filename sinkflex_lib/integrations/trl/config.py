@@ -26,6 +26,7 @@
 | `oracle_prefix` > 0             | (none)                              | refused: GRPOTrainer's prompts are the tasks' first prompts |
 | `accumulation_steps` > 1        | (none)                              | refused: our last optimizer step of an update may average fewer minibatches |
 | `kind_phase_steps` > 0          | (none)                              | refused: GRPOTrainer's sampler draws from every training task each step |
+| `world_steps` > 0               | (none)                              | refused: its dataset is the tasks of one source |
 
 Token-mean in TRL: "bnpo" divides each micro-batch's token sum by its own token count, which is
 our per-minibatch token-mean exactly in one process; with P processes DDP averages the P local
@@ -114,6 +115,9 @@ def grpo_config(cfg: TrainConfig, output_dir, seed: int = 0, num_processes: int 
     if cfg.kind_phase_steps:
         raise ValueError("kind_phase_steps (one task kind at a time) has no GRPOTrainer equivalent here: its "
                          "sampler draws from every training task each step")
+    if cfg.world_steps:
+        raise ValueError("world_steps (a fresh training world every few steps) has no GRPOTrainer equivalent here: "
+                         "its dataset is the tasks of one source")
     if cfg.negative_advantage_scale != 1 or cfg.shuffle_rewards:
         raise ValueError("negative_advantage_scale != 1 and shuffle_rewards (the control without signal) have no "
                          "GRPOTrainer equivalent: TRL computes plain group-relative advantages")
