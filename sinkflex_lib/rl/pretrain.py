@@ -466,12 +466,13 @@ def _confirmed_kind(kind: str) -> str:
 
 
 @torch.no_grad()
-def teacher_forced_tokens(policy, env, task_ids: list[str], spans_of,
-                          max_tokens: int = 2048) -> dict[str, list[list[bool]]]:
-    """Per kind, for each character span that `spans_of(action, next_action)` (-> [(kind, start,
-    end)]) marks in the oracle's actions of `task_ids` (`env`'s episodes, cut at `max_tokens`):
-    whether the argmax prediction is right at each of its tokens, each given the oracle's text before it."""
-    tok, hits = policy.tokenizer, {}
+def teacher_forced_predictions(policy, env, task_ids: list[str], spans_of, max_tokens: int = 2048):
+    """Yield (kind, ids, pred, positions) for each character span that `spans_of(action,
+    next_action)` (-> [(kind, start, end)]) marks in the oracle's actions of `task_ids` (`env`'s
+    episodes, cut at `max_tokens`): the episode's token ids, the argmax prediction of the token
+    after each position (pred[p - 1] predicts ids[p], given the oracle's text before it) and the
+    span's token positions, all inside the cut."""
+    tok = policy.tokenizer
     was_training = policy.model.training
     policy.model.eval()
     for tid in task_ids:
@@ -485,11 +486,20 @@ def teacher_forced_tokens(policy, env, task_ids: list[str], spans_of,
             ids = ids + enc["input_ids"] + [policy.token_id(END)] + tok(obs, add_special_tokens=False)["input_ids"]
         ids = ids[:max_tokens]
         x = torch.tensor([ids], device=policy.device)
-        pred = policy.model(input_ids=x, use_cache=False).logits[0].argmax(-1).cpu()
+        pred = policy.model(input_ids=x, use_cache=False).logits[0].argmax(-1).cpu().tolist()
         for kind, positions in targets:
             if positions and positions[-1] < len(ids):
-                hits.setdefault(kind, []).append([int(pred[p - 1]) == ids[p] for p in positions])
+                yield kind, ids, pred, positions
     policy.model.train(was_training)
+
+
+def teacher_forced_tokens(policy, env, task_ids: list[str], spans_of,
+                          max_tokens: int = 2048) -> dict[str, list[list[bool]]]:
+    """Per kind, for each span of :func:`teacher_forced_predictions`: whether the argmax
+    prediction is right at each of its tokens, each given the oracle's text before it."""
+    hits = {}
+    for kind, ids, pred, positions in teacher_forced_predictions(policy, env, task_ids, spans_of, max_tokens):
+        hits.setdefault(kind, []).append([pred[p - 1] == ids[p] for p in positions])
     return hits
 
 

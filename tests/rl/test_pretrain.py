@@ -71,6 +71,23 @@ def test_copy_accuracy_is_one_for_perfect_predictions_and_zero_for_none(micro_po
     assert set(good.values()) == {1.0} and set(bad.values()) == {0.0}
 
 
+def test_teacher_forced_predictions_give_each_span_its_tokens_and_the_prediction_before_each(micro_policy):
+    from sinkflex_lib.envs import RetailEnv
+
+    env, tok, model = RetailEnv("eval-world:0", max_steps=60), micro_policy.tokenizer, micro_policy.model
+    spans = lambda action, _: [s for s in pt._argument_spans(action) if s[0] == "order_id"]
+    try:
+        micro_policy.model = peek = _Peek(len(tok)).train()
+        got = list(pt.teacher_forced_predictions(micro_policy, env, ["cancel_000", "return_000"], spans))
+    finally:
+        micro_policy.model = model
+    assert len(got) >= 2 and {kind for kind, *_ in got} == {"order_id"}
+    for _, ids, pred, positions in got:
+        assert tok.decode([ids[p] for p in positions]).startswith("#W")          # the span's own tokens
+        assert [pred[p - 1] for p in positions] == [ids[p] for p in positions]   # pred[p - 1] predicts ids[p]
+    assert peek.training                                                         # its mode given back
+
+
 def test_the_words_a_request_decides_are_scored_apart_from_the_copies(micro_policy):
     ids = ["cancel_000", "modify_items_000", "return_000", "modify_address_000"]   # four writes, one cancel
     tok, model = micro_policy.tokenizer, micro_policy.model
