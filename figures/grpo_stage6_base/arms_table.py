@@ -122,6 +122,10 @@ ARMS = [
      "1d2517a", "arm_KP_seed0_step40_eval_110", "control_KP_seed0_step40_eval_110"),
     ("KP, step 80", "the same run, two passes", "1d2517a", "arm_KP_seed0_step80", "control_KP_seed0_step80"),
     ("KP seed 1, step 40", "the same, seed 1, one pass (two threads, no control)", "24deb2d", "arm_KP_seed1_step40", None),
+    ("FW seed 0", "P0 on a fresh training world every step (world_steps=1: step k on train-world:999+k)", "2a9be67",
+     "arm_FW_seed0_step30", "control_FW_seed0_step30"),
+    ("FW seed 1", "the same, seed 1", "2a9be67", "arm_FW_seed1_step30", "control_FW_seed1_step30"),
+    ("FW seed 2", "the same, seed 2", "2a9be67", "arm_FW_seed2_step30", "control_FW_seed2_step30"),
 ]
 SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P0 seed 1", "P0 seed 2"],
                "N5": ["N5 seed 0", "N5 seed 1"], "OP": ["OP seed 0", "OP seed 1"], "S7-P0": ["S7-P0 seed 0", "S7-P0 seed 1"],
@@ -130,7 +134,8 @@ SEED_GROUPS = {"LoRA8": ["LoRA8 seed 0", "LoRA8 seed 1"], "P0": ["P0 seed 0", "P
                "W5-P0": [f"W5-P0 seed {s}" for s in range(3)], "W5": [f"W5 seed {s}" for s in range(3)],
                "R22-P0": [f"R22-P0 seed {s}" for s in range(2)], "A1-P0": [f"A1-P0 seed {s}" for s in range(3)],
                "A1L3-P0": [f"A1L3-P0 seed {s}" for s in range(2)],
-               "RP0": ["RP0 seed 0", "RP0 seed 1"], "RP0-FX": ["RP0-FX seed 0", "RP0-FX seed 1"]}
+               "RP0": ["RP0 seed 0", "RP0 seed 1"], "RP0-FX": ["RP0-FX seed 0", "RP0-FX seed 1"],
+               "FW": [f"FW seed {s}" for s in range(3)]}
 
 
 def scores(stem: str | None) -> tuple[float, float] | None:
