@@ -11,6 +11,7 @@ every step: their groups pair one to one. Per block of steps and for the write t
 sampled success of each, and the arm's minus the control's, paired by group (95% interval, 1.96
 standard errors of the mean difference). Then the validation rows (greedy, 55 tasks of
 eval-world:0)."""
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +26,18 @@ RUNS = {f"seed {s}": (f"arm_FW_seed{s}", f"control_FW_seed{s}_shuffled") for s i
 BLOCKS = [(1, 10), (11, 20), (21, 30)]
 
 
+@cache
+def write_tasks(source: str) -> set[str]:
+    """The write tasks of a training world (the seeds share their worlds: one generation each)."""
+    return {t for t, task in load_source(source).tasks.items() if is_write_task(task)}
+
+
 def groups(stem: str) -> list[tuple[int, bool, float]]:
     """(step, write task?, mean sampled reward) per group rolled out, in step order."""
     out = []
     for r in (r for r in read_rows(f"{stem}_metrics.jsonl") if r["kind"] == "train"):
-        tasks = load_source(r["source"]).tasks
-        out += [(r["step"], is_write_task(tasks[t]), float(np.mean(g))) for t, g in zip(r["tasks"], r["group_rewards"])]
+        writes = write_tasks(r["source"])
+        out += [(r["step"], t in writes, float(np.mean(g))) for t, g in zip(r["tasks"], r["group_rewards"])]
     return out
 
 
@@ -75,7 +82,7 @@ def val_rows(stem: str) -> list[dict]:
             for r in read_rows(f"{stem}_metrics.jsonl") if r["kind"] == "val"]
 
 
-def main() -> str:
+def text() -> str:
     pairs = list(RUNS.values())
     parts = ["### The three seeds' groups together", "", markdown_table(block_rows(pairs)).rstrip(), "",
              "Each side against its own first block:", "", markdown_table(drift_rows(pairs)).rstrip(), ""]
@@ -84,11 +91,12 @@ def main() -> str:
                   "Sampled success on each step's fresh tasks:", "", markdown_table(block_rows([(arm, control)])).rstrip(), "",
                   "Validation, arm:", "", markdown_table(val_rows(arm)).rstrip(), "",
                   "Validation, control:", "", markdown_table(val_rows(control)).rstrip(), ""]
-    text = "\n".join(["# FW: P0 on a fresh training world every step (`world_steps=1`)", "",
+    doc = "\n".join(["# FW: P0 on a fresh training world every step (`world_steps=1`)", "",
                       __doc__.split("\n\n", 2)[2], ""] + parts)
-    (HERE / "fresh_worlds.md").write_text(text)
-    return text
+    return doc
 
 
 if __name__ == "__main__":
-    print(main())
+    out = text()
+    (HERE / "fresh_worlds.md").write_text(out)
+    print(out)

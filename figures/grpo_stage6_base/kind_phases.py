@@ -46,16 +46,17 @@ def val_rows(stem: str) -> list[dict]:
             for r in read_rows(f"{stem}_metrics.jsonl") if r["kind"] == "val"]
 
 
-def main() -> str:
+def text() -> str:
     parts = []
     for name, stem in RUNS.items():
         parts += [f"### {name} (`{stem}_metrics.jsonl`)", "", markdown_table(phase_rows(stem)).rstrip(), "",
                   markdown_table(val_rows(stem)).rstrip(), ""]
-    text = "\n".join(["# KP: GRPO one task kind at a time (`kind_phase_steps=5`), phase by phase", "",
+    doc = "\n".join(["# KP: GRPO one task kind at a time (`kind_phase_steps=5`), phase by phase", "",
                       __doc__.split("\n\n", 2)[2], ""] + parts)
-    (HERE / "kind_phases.md").write_text(text)
-    return text
+    return doc
 
 
 if __name__ == "__main__":
-    print(main())
+    out = text()
+    (HERE / "kind_phases.md").write_text(out)
+    print(out)

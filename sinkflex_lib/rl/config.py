@@ -97,16 +97,21 @@ class TrainConfig:
             raise ValueError(f"kind_phase_steps must be >= 0, got {self.kind_phase_steps!r}")
         if self.world_steps < 0:
             raise ValueError(f"world_steps must be >= 0, got {self.world_steps!r}")
-        if self.world_steps and (parse_world(str(self.source)) or ("",))[0] != "train":
-            raise ValueError(f"world_steps needs source='train-world:<seed>' (a generated training world), got {self.source!r}")
-        if self.world_steps and self.train_tasks is not None:
-            raise ValueError("world_steps draws each world's own training tasks; train_tasks (the ids of one source) "
-                             "cannot be combined with it")
+        if self.world_steps:
+            self._check_world_steps()
         if self.accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps!r}")
         if self.anchor_weight < 0 or (self.anchor_weight > 0 and self.anchor_batch < 1):
             raise ValueError(f"anchor_weight must be >= 0 and anchor_batch >= 1 when it is on, got "
                              f"anchor_weight={self.anchor_weight!r}, anchor_batch={self.anchor_batch!r}")
+
+    def _check_world_steps(self) -> None:
+        world = parse_world(str(self.source))
+        if world is None or world[0] != "train":
+            raise ValueError(f"world_steps needs source='train-world:<seed>' (a generated training world), got {self.source!r}")
+        if self.train_tasks is not None:
+            raise ValueError("world_steps draws each world's own training tasks; train_tasks (the ids of one source) "
+                             "cannot be combined with it")
 
     @classmethod
     def from_profile(cls, profile: str, policy_dir: str | None = None, **overrides) -> "TrainConfig":
