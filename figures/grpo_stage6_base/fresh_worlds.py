@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from big_batch import read_rows     # this folder's script
+from big_batch import read_rows     # this folder's scripts
+from kind_phases import report, val_rows
+from multi_world import paired       # the paired difference and its 95% interval
 from sinkflex_lib.envs import load_source
 from sinkflex_lib.rl.evaluate import is_write_task
 from sinkflex_lib.tables import markdown_table
@@ -39,11 +41,6 @@ def groups(stem: str) -> list[tuple[int, bool, float]]:
         writes = write_tasks(r["source"])
         out += [(r["step"], t in writes, float(np.mean(g))) for t, g in zip(r["tasks"], r["group_rewards"])]
     return out
-
-
-def paired(a: np.ndarray, b: np.ndarray) -> str:
-    d = a - b
-    return f"{d.mean():+.3f} ± {1.96 * d.std(ddof=1) / np.sqrt(len(d)):.3f}"
 
 
 def block_rows(pairs: list[tuple[str, str]]) -> list[dict]:
@@ -77,11 +74,6 @@ def drift_rows(pairs: list[tuple[str, str]]) -> list[dict]:
     return rows
 
 
-def val_rows(stem: str) -> list[dict]:
-    return [{"step": r["step"], "validation mean@1": f"{r['val_reward']:.3f}", "write tasks": f"{r['val_write_reward']:.3f}"}
-            for r in read_rows(f"{stem}_metrics.jsonl") if r["kind"] == "val"]
-
-
 def text() -> str:
     pairs = list(RUNS.values())
     parts = ["### The three seeds' groups together", "", markdown_table(block_rows(pairs)).rstrip(), "",
@@ -91,9 +83,7 @@ def text() -> str:
                   "Sampled success on each step's fresh tasks:", "", markdown_table(block_rows([(arm, control)])).rstrip(), "",
                   "Validation, arm:", "", markdown_table(val_rows(arm)).rstrip(), "",
                   "Validation, control:", "", markdown_table(val_rows(control)).rstrip(), ""]
-    doc = "\n".join(["# FW: P0 on a fresh training world every step (`world_steps=1`)", "",
-                      __doc__.split("\n\n", 2)[2], ""] + parts)
-    return doc
+    return report("FW: P0 on a fresh training world every step (`world_steps=1`)", __doc__, parts)
 
 
 if __name__ == "__main__":

@@ -46,14 +46,17 @@ def val_rows(stem: str) -> list[dict]:
             for r in read_rows(f"{stem}_metrics.jsonl") if r["kind"] == "val"]
 
 
+def report(title: str, module_doc: str, parts: list[str]) -> str:
+    """A table script's Markdown file: its title, its docstring after the usage line, then `parts` (lines)."""
+    return "\n".join([f"# {title}", "", module_doc.split("\n\n", 2)[2], ""] + parts)
+
+
 def text() -> str:
     parts = []
     for name, stem in RUNS.items():
         parts += [f"### {name} (`{stem}_metrics.jsonl`)", "", markdown_table(phase_rows(stem)).rstrip(), "",
                   markdown_table(val_rows(stem)).rstrip(), ""]
-    doc = "\n".join(["# KP: GRPO one task kind at a time (`kind_phase_steps=5`), phase by phase", "",
-                      __doc__.split("\n\n", 2)[2], ""] + parts)
-    return doc
+    return report("KP: GRPO one task kind at a time (`kind_phase_steps=5`), phase by phase", __doc__, parts)
 
 
 if __name__ == "__main__":
