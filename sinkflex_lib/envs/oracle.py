@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from .actions import STOP_TOKEN, ToolCall, parse_action
+from .actions import STOP_TOKEN, ToolCall, argument_value_spans, parse_action
 from .render import item_label
 from .reward import communicate_info, gold_actions, gold_writes
 from .tools import TRANSFER_MESSAGE, WRITE_TOOLS
@@ -103,6 +103,26 @@ def decision_spans(message: str, next_action: str, products: dict | None = None)
         if a >= 0:
             spans.append((f"confirmed_{key}", start + a, start + b))
     return spans
+
+
+ID_CHOICES = ("item_ids", "new_item_ids", "product_id")   # arguments whose value picks one of several records
+
+
+def id_starts(message: str, next_action: str = "", products: dict | None = None) -> list[int]:
+    """Character offsets in `message` where an item or product id begins: each such argument
+    value of a tool call in canonical form, and each item id the confirmation request of the
+    write `next_action` states (:func:`decision_spans`), in order. An id's first token chooses
+    which record it names; its later tokens continue a copy."""
+    starts = [s for name, s, _ in argument_value_spans(message) if name in ID_CHOICES]
+    spans = {kind: (a, b) for kind, a, b in decision_spans(message, next_action, products)}
+    for key in ("item_ids", "new_item_ids"):
+        if f"confirmed_{key}" in spans:
+            pos, end = spans[f"confirmed_{key}"]
+            for item in parse_action(next_action).arguments[key]:
+                pos = message.index(item, pos, end)
+                starts.append(pos)
+                pos += len(item)
+    return sorted(starts)
 
 
 def with_next_action(turns: list[tuple[str, str]]) -> list[tuple[str, str, str]]:

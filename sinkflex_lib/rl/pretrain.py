@@ -120,6 +120,8 @@ class PretrainConfig:
     value_weight: float = 3.0        # loss weight of the tokens of a call's argument values (the copies)
     decision_weight: float = 1.0     # loss weight of what a request decides: which write, a cancel's reason, and
                                      # (since the shipped base) the argument values as the confirmation states them
+    id_start_weight: float = 1.0     # loss weight of the first token of each item and product id a call or a
+                                     # confirmation request writes (which record it names), over the two above
     slip_rate: float = 0.0           # share of whole episodes with a failed call first (:meth:`EpisodeStream.slip_of`)
     recoveries: str | None = None    # a JSONL of a policy's own slips (:mod:`.recovery`), whose demonstrations ...
     recovery_mix: int = 0            # ... join every episode step, this many (:meth:`EpisodeStream.recoveries`)
@@ -239,6 +241,12 @@ PROFILES = {
     # stage's episodes, 4 a step, and 4 demonstrations of the way back from the base's own first
     # slip (its action, no loss on it, then the oracle's), as long as the slips stage.
     "recover": {**VARIANTS, "steps": 300, "batch": 4, "recovery_mix": 4},
+    # the variants stage (``--init`` the shipped base), 300 steps as its supervised comparison (seeds 7
+    # and 8), with the first token of each item and product id weighted 20 (about 6% of an episode's
+    # loss weight, against 0.3% at weight 1): teacher-forced, the shipped base starts 0.39 of item
+    # ids and 0.38 of product ids right and continues 0.88-0.99 of their later tokens
+    # (figures/grpo_stage6_base/id_ambiguity.md): the choice of the record fails, not the copy.
+    "idstart": {**VARIANTS, "steps": 300, "id_start_weight": 20.0},
     # a ninth stage (not shipped): the lists stage with 4 request look-ups a step
     # (:func:`.lookups.request_lookup`: a user's request of 1-3 items of an order, then the
     # confirmation request that states them), ``--init`` the lists stage's last step. After it the
@@ -297,7 +305,8 @@ class EpisodeStream:
         """The oracle's episode with the config's loss weights (:func:`~.warmstart.demonstration`)."""
         c = self.cfg
         return demonstration(self.policy, env, task_id, seed, cap, tool_weight=c.tool_loss_weight,
-                             value_weight=c.value_weight, decision_weight=c.decision_weight, **kw)
+                             value_weight=c.value_weight, decision_weight=c.decision_weight,
+                             id_start_weight=c.id_start_weight, **kw)
 
     def slip_of(self, env: RetailEnv, task_id: str, e: int) -> int | None:
         """Whether example e's oracle episode starts one of its calls with a slip, a failed call
