@@ -16,7 +16,8 @@ keep its failure causes, which `keep` keeps since then (evaluate's per-task `fai
 six layers (D6, `sinkflex_lib.rl.grow`; `figures/pretrain_grown_base/`). Session 49: P0 one task kind at a
 time (KP, `kind_phase_steps=5`, seed 0, at 1d2517a) and its shuffled-reward control, at steps 40 and 80; seed 1 to step 40 (two threads, no control).
 Session 50: P0 on a fresh training world every step (FW, `world_steps=1`, seeds 0-2, at 2a9be67), each beside its
-shuffled-reward control.
+shuffled-reward control. Session 51: D4 run again (the same command at de040c6, float rounding apart) and
+the same stage with the first token of each item and product id weighted 20 (IDS, profile `idstart`).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -63,7 +64,9 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0 one kind at a time (KP, seed 0), step 80": ["KPs0"], "KP's control, step 80": ["CKPs0"],
           "KP seed 1, step 40 (two threads, no control)": ["KPs1"], "KP, step 40 (2 seeds)": ["KP40s0", "KPs1"],
           "P0 on a fresh training world every step (FW, 3 seeds)": ["FWs0", "FWs1", "FWs2"],
-          "FW's controls (3 seeds)": ["CFWs0", "CFWs1", "CFWs2"]}
+          "FW's controls (3 seeds)": ["CFWs0", "CFWs1", "CFWs2"],
+          "D4 run again (at de040c6)": ["D4s7r"],
+          "D4 with each item and product id's first token weighted 20 (IDS, seed 7)": ["IDSs7"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control",
@@ -80,7 +83,10 @@ ADDS_TO = {"P0 + anchor (3 seeds)": "P0 (3 seeds)",   # a group against the one 
            "P0 on returns, then shuffled on refusals and transfers (2 seeds)": "P0 on returns only (2 seeds)",
            "P0 with the oracle-prefix curriculum (OP, 2 seeds)": "P0, seeds 0 and 1",
            "the base grown to 6 layers, then 300 steps (seed 7, D6)": "the base, 300 more pretraining steps (seed 7, D4)",
-           "P0 on a fresh training world every step (FW, 3 seeds)": "P0 (3 seeds)"}
+           "P0 on a fresh training world every step (FW, 3 seeds)": "P0 (3 seeds)",
+           "D4 run again (at de040c6)": "the base, 300 more pretraining steps (seed 7, D4)",
+           "D4 with each item and product id's first token weighted 20 (IDS, seed 7)":
+               "the base, 300 more pretraining steps (seed 7, D4)"}
 SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2", "A1P0s0", "A1P0s1", "A1P0s2", "A1C0s0", "A1C0s1", "A1C0s2",
           "A1L3P0s0", "A1L3P0s1", "FXs0", "FXs1", "CFXs0", "CFXs1", "OPs0", "OPs1", "COPs0", "COPs1",
           "FWs0", "FWs1", "FWs2", "CFWs0", "CFWs1", "CFWs2"]

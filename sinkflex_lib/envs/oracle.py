@@ -108,21 +108,22 @@ def decision_spans(message: str, next_action: str, products: dict | None = None)
 ID_CHOICES = ("item_ids", "new_item_ids", "product_id")   # arguments whose value picks one of several records
 
 
-def id_starts(message: str, next_action: str = "", products: dict | None = None) -> list[int]:
-    """Character offsets in `message` where an item or product id begins: each such argument
-    value of a tool call in canonical form, and each item id the confirmation request of the
-    write `next_action` states (:func:`decision_spans`), in order. An id's first token chooses
-    which record it names; its later tokens continue a copy."""
-    starts = [s for name, s, _ in argument_value_spans(message) if name in ID_CHOICES]
-    spans = {kind: (a, b) for kind, a, b in decision_spans(message, next_action, products)}
+def id_spans(message: str, next_action: str = "", products: dict | None = None) -> list[tuple[str, int, int]]:
+    """(argument, start, end) character spans of the item and product ids in `message`, in order:
+    each such argument value of a tool call in canonical form ("item_ids", "new_item_ids",
+    "product_id"), and each item id the confirmation request of the write `next_action` states
+    ("confirmed_item_ids", "confirmed_new_item_ids"; :func:`decision_spans`). An id's first token
+    chooses which record it names; its later tokens continue a copy."""
+    spans = [(name, a, b) for name, a, b in argument_value_spans(message) if name in ID_CHOICES]
+    decided = {kind: (a, b) for kind, a, b in decision_spans(message, next_action, products)}
     for key in ("item_ids", "new_item_ids"):
-        if f"confirmed_{key}" in spans:
-            pos, end = spans[f"confirmed_{key}"]
+        if f"confirmed_{key}" in decided:
+            pos, end = decided[f"confirmed_{key}"]
             for item in parse_action(next_action).arguments[key]:
                 pos = message.index(item, pos, end)
-                starts.append(pos)
+                spans.append((f"confirmed_{key}", pos, pos + len(item)))
                 pos += len(item)
-    return sorted(starts)
+    return sorted(spans, key=lambda span: span[1])
 
 
 def with_next_action(turns: list[tuple[str, str]]) -> list[tuple[str, str, str]]:

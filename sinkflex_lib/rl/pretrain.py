@@ -13,8 +13,8 @@ Schedule, four phases (a phase of 0 steps is skipped). `induction_steps` of the 
 random token string, a gap, then the same string again; loss on the repeat,
 :meth:`EpisodeStream.induction`): matching content, not a fixed offset, is what copies an id. Then
 `lookup_steps` of look-ups alone: flat key -> value look-ups (:mod:`.lookups`: a digit-only id is
-found by its key, not by the token before it), or with `lookup_kind` "list" list look-ups in the
-training worlds; after them every step may add `lookup_mix` look-ups in the current
+found by its key, not by the token before it), or with `lookup_kind` "list" list look-ups, with
+"new_item" new-item look-ups, in the training worlds; after them every step may add `lookup_mix` look-ups in the current
 training world's own tool results, `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
 an item stated as a confirmation request states it) and `new_item_lookup_mix` new-item look-ups
 (:func:`.lookups.new_item_lookup`: the variant an exchange asks for), `call_lookup_mix` write
@@ -80,7 +80,7 @@ from .runstate import (ResumeError, append_metrics, load_checkpoint, read_checkp
                        rewrite_metrics, save_checkpoint)
 
 
-LOOKUP_KINDS = ("flat", "list")    # what the look-up phase trains on (`PretrainConfig.lookup_kind`)
+LOOKUP_KINDS = ("flat", "list", "new_item")    # what the look-up phase trains on (`PretrainConfig.lookup_kind`)
 SLIP_STREAM = 7                     # the random stream of the slips, apart from every other draw of a run
 RECOVERY_STREAM = 8                 # the order of the recovery records
 
@@ -98,7 +98,8 @@ class PretrainConfig:
     induction_mix: int = 16          # induction examples added to every later step (keeps the circuit)
     lookup_steps: int = 0            # phase 1b: look-ups alone, of the kind `lookup_kind` names
     lookup_kind: str = "flat"        # "flat": key -> value records (:func:`.lookups.flat_lookup`); "list": requests
-                                     # of 2-3 items and their calls in the training worlds (:func:`.lookups.list_lookup`)
+                                     # of 2-3 items and their calls in the training worlds (:func:`.lookups.list_lookup`);
+                                     # "new_item": the variant a request asks for (:func:`.lookups.new_item_lookup`), same
     lookup_batch: int = 32
     lookup_mix: int = 0              # look-ups in training-world tool results added to every later step
     item_lookup_mix: int = 0         # item look-ups as a request states them (:func:`.lookups.item_lookup`), same
@@ -211,6 +212,14 @@ PROFILES = {
     "list-lookups": dict(induction_steps=0, induction_mix=0, lookup_steps=200, lookup_kind="list", lookup_batch=32,
                          copy_steps=0, steps=200, lr=1e-3, warmup=1, min_lr_frac=1.0, max_tokens=3072,
                          eval_every=200),
+    # new-item look-ups alone (not shipped; ``--init`` the shipped base), as `list-lookups` taught the
+    # list step: the variant a user's request asks for, stated in a confirmation request after the
+    # user's, order's and product's tool results (~1,300 tokens; batch 16). Teacher-forced, the shipped
+    # base starts 0.18 of the new items a confirmation states right, and 37 of its 80 wrong first
+    # tokens start a variant whose options end as the asked-for one's (`figures/grpo_stage6_base/id_choice.md`).
+    "new-item-lookups": dict(induction_steps=0, induction_mix=0, lookup_steps=200, lookup_kind="new_item",
+                             lookup_batch=16, copy_steps=0, steps=200, lr=1e-3, warmup=1, min_lr_frac=1.0,
+                             max_tokens=3072, eval_every=200),
     # an eighth stage (not shipped): the variants stage with 12 list look-ups a step
     # (:func:`.lookups.list_lookup`: a request of 2-3 items, "yes", the write call; ~150 tokens),
     # ``--init`` a policy that has first learned the step from one id of a call's list to the next
@@ -370,13 +379,14 @@ class EpisodeStream:
 
     def lookups(self, step: int) -> list[Rollout]:
         """The `lookup_batch` look-ups of step `step` of the look-up phase: flat records, or list
-        look-ups in training world k of the run, the phase's first `episodes_per_world` examples
+        or new-item look-ups in training world k of the run, the phase's first `episodes_per_world` examples
         from world 0, the next from world 1, and so on (a step's examples share its first one's world)."""
         c, tok = self.cfg, self.policy.tokenizer
         if c.lookup_kind == "flat":
             return [flat_lookup(tok, self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
         data = load_source(train_world(self.seed, (step - c.induction_steps) * c.lookup_batch // c.episodes_per_world))
-        return [list_lookup(tok, data, self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
+        make = list_lookup if c.lookup_kind == "list" else new_item_lookup
+        return [make(tok, data, self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
 
     def mixed_induction(self, step: int) -> list[Rollout]:
         """The `induction_mix` induction examples added to step `step` after the induction phase

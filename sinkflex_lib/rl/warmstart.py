@@ -18,7 +18,7 @@ import torch
 
 from ..envs import RetailEnv
 from ..envs.actions import argument_value_spans
-from ..envs.oracle import decision_spans, id_starts, with_next_action
+from ..envs.oracle import decision_spans, id_spans, with_next_action
 from ..machine import deterministic_backward
 from .chat import END, TOOL, oracle_transcript
 from .rollout import Rollout, collate, token_logprobs
@@ -36,7 +36,7 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
     decides (:func:`~sinkflex_lib.envs.oracle.decision_spans`: which write, a cancel's reason,
     the argument values as the request states them); `id_start_weight` on the first token of
     each item and product id a call or a confirmation request writes
-    (:func:`~sinkflex_lib.envs.oracle.id_starts`), over the others; `tool_weight` inside tool results,
+    (:func:`~sinkflex_lib.envs.oracle.id_spans`), over the others; `tool_weight` inside tool results,
     0 elsewhere), so `collate` pads it. drop_system: leave out the system message (pretraining's
     copy curriculum). slip_at: a failed call before the oracle's call `slip_at` of its script
     (:func:`~sinkflex_lib.rl.chat.oracle_transcript`), context without loss (mask and weight 0), its
@@ -63,7 +63,7 @@ def demonstration(policy, env: RetailEnv, task_id: str, seed: int = 0, max_token
         if decision_weight != 1.0:
             spans += [(s, e, decision_weight) for _, s, e in decision_spans(action, nxt, env.db.products)]
         if id_start_weight != 1.0:      # first in the list: it wins where spans overlap
-            spans = [(s, s + 1, id_start_weight) for s in id_starts(action, nxt, env.db.products)] + spans
+            spans = [(s, s + 1, id_start_weight) for _, s, _ in id_spans(action, nxt, env.db.products)] + spans
         learn = int(k != slip_at)
         for t, w in zip(act, span_weights(a["offset_mapping"], spans) + [1.0]):
             r.append(t, 1, len(r.ids), mask=learn, logp=w * learn)

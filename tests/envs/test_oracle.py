@@ -122,3 +122,33 @@ def test_slip_points_are_the_calls_with_an_id():
     task = RetailEnv("eval-world:3").data.tasks["cancel_000"]
     # greeting, find by e-mail, user, order, confirmation request, cancel, report (read by hand)
     assert len(oracle_script(task)) == 7 and slip_points(task) == [1, 2, 3, 5]
+
+
+def test_id_spans_give_each_item_and_product_id_in_calls_and_requests():
+    """Reference by hand: in a call, each item_ids / new_item_ids / product_id value (the other
+    arguments not); in the confirmation request of an item write, each id right after its label's
+    "item_id:", in the call's order; nothing in other messages."""
+    from sinkflex_lib.envs import RetailEnv
+    from sinkflex_lib.envs.oracle import id_spans
+    from sinkflex_lib.rl.chat import oracle_transcript
+
+    env, found = RetailEnv("eval-world:0", max_steps=60), 0
+    for tid in [f"{kind}_{i:03d}" for kind in ("return", "exchange", "modify_items", "cancel") for i in range(3)]:
+        _, turns = oracle_transcript(env, tid)
+        for action, _, nxt in with_next_action(turns):
+            spans = id_spans(action, nxt, env.db.products)
+            got = [(kind, action[a:b]) for kind, a, b in spans]
+            call, after = parse_action(action), parse_action(nxt) if nxt else None
+            keys = ("item_ids", "new_item_ids")
+            if isinstance(call, ToolCall):
+                want = [(k, v) for k in keys for v in call.arguments.get(k, [])]
+                want += [("product_id", call.arguments["product_id"])] if "product_id" in call.arguments else []
+                assert got == want, (tid, action)
+            elif action.startswith("Here are the details") and after.name in ITEM_WRITES:
+                assert got == [(f"confirmed_{k}", v) for k in keys for v in after.arguments.get(k, [])], (tid, action)
+                assert all(action[:a].endswith(",item_id:") for _, a, _ in spans)
+            else:
+                assert got == [], (tid, action)
+            found += len(got)
+    assert found >= 30
+    assert id_spans("get_order_details(order_id='#W1')") == [] and id_spans("not a call") == []

@@ -170,7 +170,7 @@ def test_resume_takes_fields_added_since_the_run_started_at_their_value_now(tmp_
         pt.pretrain(SMOKE, tmp_path, resume=True, log=lambda m: None)
 
 
-@pytest.mark.parametrize("profile", ["episodes", "confirm", "names", "items", "slips"])
+@pytest.mark.parametrize("profile", ["episodes", "confirm", "names", "items", "slips", "idstart"])
 def test_the_later_stage_profiles_train_whole_episodes_from_their_first_step(profile):
     cfg = pt.PretrainConfig(**pt.PROFILES[profile])
     assert {pt.phase_of(cfg, s) for s in range(cfg.steps)} == {"episodes"}
@@ -329,6 +329,24 @@ def test_the_list_lookup_stage_trains_list_lookups_alone_in_a_new_world_every_ep
         assert [r.mask for r in batch] == [r.mask for r in expected] and batch[0].task_id == "list-lookup"
     with pytest.raises(ValueError, match="lookup_kind"):
         pt.PretrainConfig(lookup_kind="lists")
+
+
+def test_the_new_item_lookup_stage_trains_new_item_lookups_alone(micro_policy):
+    from sinkflex_lib.envs import load_source
+    from sinkflex_lib.rl.lookups import new_item_lookup
+
+    cfg = pt.PretrainConfig(**pt.PROFILES["new-item-lookups"])
+    assert [pt.phase_of(cfg, s) for s in range(cfg.steps)] == ["lookup"] * cfg.steps and cfg.induction_mix == 0
+    small = dataclasses.replace(SMOKE, induction_steps=0, lookup_steps=2, lookup_kind="new_item", lookup_batch=2,
+                                episodes_per_world=2)
+    stream = pt.EpisodeStream(micro_policy, small, 4)
+    for step in (0, 1):        # 2 examples a step, 2 a world: a world a step
+        batch, phase = stream.batch(step)
+        data = load_source(pt.train_world(4, step))
+        expected = [new_item_lookup(micro_policy.tokenizer, data, stream._seed(step, i), small.value_weight)
+                    for i in range(2)]
+        assert phase == "lookup" and [r.ids for r in batch] == [r.ids for r in expected]
+        assert [r.old_logp for r in batch] == [r.old_logp for r in expected] and batch[0].task_id == "new-item-lookup"
 
 
 def test_grouped_loss_is_the_one_batch_loss_without_padding_short_rows_to_long_ones(micro_policy):

@@ -76,6 +76,26 @@ def test_decision_weight_lands_on_the_words_and_values_a_request_decides(micro_p
         assert {p for p, w in zip(plain.old_logp, r.old_logp) if w == 5.0} == {1.0}
 
 
+def test_id_start_weight_lands_on_the_token_that_begins_each_item_and_product_id(micro_policy):
+    from sinkflex_lib.envs.oracle import id_spans, with_next_action
+    env = RetailEnv("eval-world:0", max_steps=60)
+    tok = micro_policy.tokenizer
+    kw = dict(value_weight=3.0, decision_weight=5.0)
+    _, turns = oracle_transcript(env, "exchange_000")
+    want = [a[s:e] for a, _, n in with_next_action(turns) for _, s, e in id_spans(a, n, env.db.products)]
+    r = demonstration(micro_policy, env, "exchange_000", 0, 4096, id_start_weight=20.0, **kw)
+    heavy = [i for i, w in enumerate(r.old_logp) if w == 20.0]
+    assert len(heavy) == len(want) >= 5
+    for i, item in zip(heavy, want):       # the id's text starts inside the weighted token
+        token, text = tok.decode([r.ids[i]]), tok.decode(r.ids[i:i + 12])
+        assert 0 <= text.find(item) < len(token), (token, item)
+    plain = demonstration(micro_policy, env, "exchange_000", 0, 4096, **kw)
+    assert plain.ids == r.ids
+    assert [p for i, p in enumerate(plain.old_logp) if i not in heavy] == \
+        [w for i, w in enumerate(r.old_logp) if i not in heavy]
+    assert {plain.old_logp[i] for i in heavy} <= {3.0, 5.0}      # values the other weights already marked
+
+
 def _string_values(action: str) -> list[str]:
     """Independent reference: the quoted string literals inside a functional call."""
     import ast
