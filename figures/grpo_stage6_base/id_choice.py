@@ -40,7 +40,8 @@ def spans_with_items(env):
         call = parse_action(nxt) if nxt else None
         args = call.arguments if isinstance(call, ToolCall) else {}
         old = dict(zip(args.get("new_item_ids", []), args.get("item_ids", [])))
-        return [((kind, action[a:b], old.get(action[a:b])), a, b) for kind, a, b in id_spans(action, nxt, env.db.products)]
+        return [((kind, action[a:b], old.get(action[a:b])), a, b)
+                for kind, a, b in id_spans(action, nxt, env.db.products)]
     return spans_of
 
 

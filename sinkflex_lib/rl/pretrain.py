@@ -14,8 +14,8 @@ random token string, a gap, then the same string again; loss on the repeat,
 :meth:`EpisodeStream.induction`): matching content, not a fixed offset, is what copies an id. Then
 `lookup_steps` of look-ups alone: flat key -> value look-ups (:mod:`.lookups`: a digit-only id is
 found by its key, not by the token before it), or with `lookup_kind` "list" list look-ups, with
-"new_item" new-item look-ups, in the training worlds; after them every step may add `lookup_mix` look-ups in the current
-training world's own tool results, `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
+"new_item" new-item look-ups, in the training worlds; after them every step may add `lookup_mix`
+look-ups in the current training world's own tool results, `item_lookup_mix` item look-ups (:func:`.lookups.item_lookup`:
 an item stated as a confirmation request states it) and `new_item_lookup_mix` new-item look-ups
 (:func:`.lookups.new_item_lookup`: the variant an exchange asks for), `call_lookup_mix` write
 calls after their confirmation request (:func:`.lookups.call_lookup`), `list_lookup_mix` short
@@ -97,9 +97,10 @@ class PretrainConfig:
     induction_alphabets: tuple = (0,)   # symbols a string draws from, example by example (0: the vocabulary)
     induction_mix: int = 16          # induction examples added to every later step (keeps the circuit)
     lookup_steps: int = 0            # phase 1b: look-ups alone, of the kind `lookup_kind` names
-    lookup_kind: str = "flat"        # "flat": key -> value records (:func:`.lookups.flat_lookup`); "list": requests
-                                     # of 2-3 items and their calls in the training worlds (:func:`.lookups.list_lookup`);
-                                     # "new_item": the variant a request asks for (:func:`.lookups.new_item_lookup`), same
+    lookup_kind: str = "flat"        # "flat": key -> value records (:func:`.lookups.flat_lookup`); "list":
+                                     # requests of 2-3 items and their calls in the training worlds
+                                     # (:func:`.lookups.list_lookup`); "new_item": the variant a request asks
+                                     # for (:func:`.lookups.new_item_lookup`), in the training worlds
     lookup_batch: int = 32
     lookup_mix: int = 0              # look-ups in training-world tool results added to every later step
     item_lookup_mix: int = 0         # item look-ups as a request states them (:func:`.lookups.item_lookup`), same
@@ -379,8 +380,9 @@ class EpisodeStream:
 
     def lookups(self, step: int) -> list[Rollout]:
         """The `lookup_batch` look-ups of step `step` of the look-up phase: flat records, or list
-        or new-item look-ups in training world k of the run, the phase's first `episodes_per_world` examples
-        from world 0, the next from world 1, and so on (a step's examples share its first one's world)."""
+        or new-item look-ups in training world k of the run, the phase's first `episodes_per_world`
+        examples from world 0, the next from world 1, and so on (a step's examples share its first
+        one's world)."""
         c, tok = self.cfg, self.policy.tokenizer
         if c.lookup_kind == "flat":
             return [flat_lookup(tok, self._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
