@@ -796,7 +796,9 @@ def main(argv=None) -> int:
                     help="cpu: the first stage from random weights; episodes: a second stage (with --init)")
     ap.add_argument("--seed", type=SEED, default=0)
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--steps", type=int_arg(1), default=None)
+    ap.add_argument("--steps", type=int_arg(1), default=None,
+                    help="optimizer steps in all; the profile's phases keep their lengths, so steps after them "
+                         "train whole episodes")
     ap.add_argument("--threads", type=int_arg(1), default=None, help=THREADS_HELP)
     ap.add_argument("--init", default=None, metavar="DIR",
                     help="start from this policy directory, or a run folder's last step_<N>/, instead of random weights")
