@@ -11,7 +11,7 @@ what a wrong first token starts instead, checked in this order: the id of the it
 of another variant of the product whose options end with the same value as the asked-for
 variant's (the last words before ",item_id:"), of any other variant of the product, or of no
 variant of the product (ids are 10 digits, tokens 2 digits: a first token can start several ids;
-the first class that holds counts). One thread; about a minute and a half a policy."""
+the first class that holds counts). One thread; under a minute a policy."""
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path

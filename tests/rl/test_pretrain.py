@@ -459,3 +459,14 @@ def test_a_bad_init_is_refused_before_anything_is_written(tmp_path, capsys, init
         pt.main(["--profile", "smoke", "--init", str(init), "--out", str(tmp_path / "run")])
     assert e.value.code == 2 and says in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_cli_sets_the_look_up_phase_apart_from_the_steps(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(pt, "pretrain", lambda cfg, out, **kw: seen.append(cfg))
+    assert pt.main(["--profile", "new-item-lookups", "--steps", "600", "--out", str(tmp_path / "a")]) == 0
+    assert pt.main(["--profile", "new-item-lookups", "--steps", "600", "--lookup-steps", "600",
+                    "--out", str(tmp_path / "b")]) == 0
+    (longer, alone) = seen
+    assert [pt.phase_of(longer, s) for s in (199, 200)] == ["lookup", "episodes"]
+    assert {pt.phase_of(alone, s) for s in range(600)} == {"lookup"} and alone.steps == 600
