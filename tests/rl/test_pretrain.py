@@ -308,8 +308,22 @@ def test_the_lookup_stage_forms_the_circuit_first_then_mixes_world_lookups(micro
     assert [r.ids for r in six[:-1]] == [r.ids for r in five]
 
 
-def test_the_list_lookup_stage_trains_list_lookups_alone_in_a_new_world_every_episodes_per_world(micro_policy):
+def _assert_lookup_batches(stream, make, task: str, steps_and_worlds) -> None:
+    """Each (step, world): `stream`'s batch is the look-up phase's, `make`'s look-ups (ids, masks and
+    weights) in that training world of the run, one a seed of `stream._seed(step, i)`."""
     from sinkflex_lib.envs import load_source
+
+    c, tok = stream.cfg, stream.policy.tokenizer
+    for step, world in steps_and_worlds:
+        batch, phase = stream.batch(step)
+        data = load_source(pt.train_world(stream.seed, world))
+        expected = [make(tok, data, stream._seed(step, i), c.value_weight) for i in range(c.lookup_batch)]
+        assert phase == "lookup" and [r.ids for r in batch] == [r.ids for r in expected]
+        assert [r.mask for r in batch] == [r.mask for r in expected]
+        assert [r.old_logp for r in batch] == [r.old_logp for r in expected] and batch[0].task_id == task
+
+
+def test_the_list_lookup_stage_trains_list_lookups_alone_in_a_new_world_every_episodes_per_world(micro_policy):
     from sinkflex_lib.rl.lookups import list_lookup
 
     cfg = pt.PretrainConfig(**pt.PROFILES["list-lookups"])
@@ -320,19 +334,13 @@ def test_the_list_lookup_stage_trains_list_lookups_alone_in_a_new_world_every_ep
     stream = pt.EpisodeStream(micro_policy, small, 3)
     assert stream.mixed_induction(0) != [] and pt.EpisodeStream(
         micro_policy, dataclasses.replace(small, induction_mix=0), 3).mixed_induction(0) == []
-    for step, world in ((0, 0), (1, 0), (2, 1)):        # 2 examples a step, 4 a world
-        batch, phase = stream.batch(step)
-        data = load_source(pt.train_world(3, world))
-        expected = [list_lookup(micro_policy.tokenizer, data, stream._seed(step, i), small.value_weight)
-                    for i in range(2)]
-        assert phase == "lookup" and [r.ids for r in batch] == [r.ids for r in expected]
-        assert [r.mask for r in batch] == [r.mask for r in expected] and batch[0].task_id == "list-lookup"
+    # 2 examples a step, 4 a world
+    _assert_lookup_batches(stream, list_lookup, "list-lookup", ((0, 0), (1, 0), (2, 1)))
     with pytest.raises(ValueError, match="lookup_kind"):
         pt.PretrainConfig(lookup_kind="lists")
 
 
 def test_the_new_item_lookup_stage_trains_new_item_lookups_alone(micro_policy):
-    from sinkflex_lib.envs import load_source
     from sinkflex_lib.rl.lookups import new_item_lookup
 
     cfg = pt.PretrainConfig(**pt.PROFILES["new-item-lookups"])
@@ -340,13 +348,8 @@ def test_the_new_item_lookup_stage_trains_new_item_lookups_alone(micro_policy):
     small = dataclasses.replace(SMOKE, induction_steps=0, lookup_steps=2, lookup_kind="new_item", lookup_batch=2,
                                 episodes_per_world=2)
     stream = pt.EpisodeStream(micro_policy, small, 4)
-    for step in (0, 1):        # 2 examples a step, 2 a world: a world a step
-        batch, phase = stream.batch(step)
-        data = load_source(pt.train_world(4, step))
-        expected = [new_item_lookup(micro_policy.tokenizer, data, stream._seed(step, i), small.value_weight)
-                    for i in range(2)]
-        assert phase == "lookup" and [r.ids for r in batch] == [r.ids for r in expected]
-        assert [r.old_logp for r in batch] == [r.old_logp for r in expected] and batch[0].task_id == "new-item-lookup"
+    # 2 examples a step, 2 a world: a world a step
+    _assert_lookup_batches(stream, new_item_lookup, "new-item-lookup", ((0, 0), (1, 1)))
 
 
 def test_grouped_loss_is_the_one_batch_loss_without_padding_short_rows_to_long_ones(micro_policy):
