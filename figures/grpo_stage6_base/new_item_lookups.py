@@ -21,15 +21,19 @@ from sinkflex_lib.tables import markdown_table
 SOURCE, SEEDS = "eval-world:2", range(10_000, 10_200)
 
 
+def held_out(tokenizer) -> list:
+    """The look-ups, built once for every policy (they share the tokenizer)."""
+    data = load_source(SOURCE)
+    return [new_item_lookup(tokenizer, data, seed) for seed in SEEDS]
+
+
 @torch.no_grad()
-def first_tokens_right(policy) -> int:
+def first_tokens_right(policy, lookups) -> int:
     """How many of the look-ups' new-item ids the policy starts right."""
-    tok, data = policy.tokenizer, load_source(SOURCE)
-    colon = tok(":", add_special_tokens=False)["input_ids"]
+    colon = policy.tokenizer(":", add_special_tokens=False)["input_ids"]
     policy.model.eval()
     right = 0
-    for seed in SEEDS:
-        r = new_item_lookup(tok, data, seed)
+    for r in lookups:
         weighted = [i for i, w in enumerate(r.old_logp) if w > 0]       # "<options>,item_id:<id>"
         p = max(i for i in weighted if r.ids[i] in colon) + 1           # the id's first token
         logits = policy.model(input_ids=torch.tensor([r.ids[:p]], device=policy.device)).logits
@@ -37,28 +41,28 @@ def first_tokens_right(policy) -> int:
     return right
 
 
-def chance(tokenizer) -> float:
+def chance(tokenizer, lookups) -> float:
     """Expected right first tokens when one of the product's variants other than the item bought is
     picked at random."""
-    data, total = load_source(SOURCE), 0.0
-    for seed in SEEDS:
-        r = new_item_lookup(tokenizer, data, seed)
+    products, total = load_source(SOURCE).db.tables["products"].values(), 0.0
+    for r in lookups:
         stated = tokenizer.decode([t for t, w in zip(r.ids, r.old_logp) if w > 0])
         new_id = stated.rsplit("item_id:", 1)[1]
-        product = next(p for p in data.db.tables["products"].values() if new_id in p["variants"])
+        product = next(p for p in products if new_id in p["variants"])
         total += 1 / (len(product["variants"]) - 1)
     return total
 
 
 def main(args: list[str]) -> str:
     torch.set_num_threads(1)
-    rows = []
+    rows, lookups = [], None
     for arg in args:
         label, path = arg.split("=", 1)
         policy = build_policy(path)
-        rows.append({"policy": label, "first token right": f"{first_tokens_right(policy)} of {len(SEEDS)}"})
+        lookups = lookups or held_out(policy.tokenizer)
+        rows.append({"policy": label, "first token right": f"{first_tokens_right(policy, lookups)} of {len(SEEDS)}"})
     rows.append({"policy": "a random other variant",
-                 "first token right": f"{chance(policy.tokenizer):.0f} of {len(SEEDS)}"})
+                 "first token right": f"{chance(policy.tokenizer, lookups):.0f} of {len(SEEDS)}"})
     text = (f"# New-item look-ups held out ({len(SEEDS)} in {SOURCE}): the chosen variant's first id token\n\n"
             f"Written by `new_item_lookups.py {' '.join(args)}` (paths as given).\n\n" + markdown_table(rows))
     (Path(__file__).parent / "new_item_lookups.md").write_text(text)
