@@ -18,6 +18,8 @@ time (KP, `kind_phase_steps=5`, seed 0, at 1d2517a) and its shuffled-reward cont
 Session 50: P0 on a fresh training world every step (FW, `world_steps=1`, seeds 0-2, at 2a9be67), each beside its
 shuffled-reward control. Session 51: D4 run again (the same command at de040c6, float rounding apart) and
 the same stage with the first token of each item and product id weighted 20 (IDS, profile `idstart`).
+Session 52: D4's stage (seed 7) after 1,500 steps of new-item look-ups alone (NILV; profile
+`new-item-lookups`, seed 14), and 600 more steps of the same stage after it (NILV2, seed 8).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -66,7 +68,9 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "P0 on a fresh training world every step (FW, 3 seeds)": ["FWs0", "FWs1", "FWs2"],
           "FW's controls (3 seeds)": ["CFWs0", "CFWs1", "CFWs2"],
           "D4 run again (at de040c6)": ["D4s7r"],
-          "D4 with each item and product id's first token weighted 20 (IDS, seed 7)": ["IDSs7"]}
+          "D4 with each item and product id's first token weighted 20 (IDS, seed 7)": ["IDSs7"],
+          "D4 after 1,500 steps of new-item look-ups alone (NILV, seed 7)": ["NILVs7"],
+          "NILV, then 600 more steps of D4's stage (NILV2, seed 8)": ["NILV2s8"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control",
@@ -86,7 +90,11 @@ ADDS_TO = {"P0 + anchor (3 seeds)": "P0 (3 seeds)",   # a group against the one 
            "P0 on a fresh training world every step (FW, 3 seeds)": "P0 (3 seeds)",
            "D4 run again (at de040c6)": "the base, 300 more pretraining steps (seed 7, D4)",
            "D4 with each item and product id's first token weighted 20 (IDS, seed 7)":
-               "the base, 300 more pretraining steps (seed 7, D4)"}
+               "the base, 300 more pretraining steps (seed 7, D4)",
+           "D4 after 1,500 steps of new-item look-ups alone (NILV, seed 7)":
+               "the base, 300 more pretraining steps (seed 7, D4)",
+           "NILV, then 600 more steps of D4's stage (NILV2, seed 8)":
+               "D4 after 1,500 steps of new-item look-ups alone (NILV, seed 7)"}
 SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2", "A1P0s0", "A1P0s1", "A1P0s2", "A1C0s0", "A1C0s1", "A1C0s2",
           "A1L3P0s0", "A1L3P0s1", "FXs0", "FXs1", "CFXs0", "CFXs1", "OPs0", "OPs1", "COPs0", "COPs1",
           "FWs0", "FWs1", "FWs2", "CFWs0", "CFWs1", "CFWs2"]

@@ -220,7 +220,10 @@ PROFILES = {
     # tokens start a variant whose options end as the asked-for one's (`figures/grpo_stage6_base/id_choice.md`).
     # Seed 14 with the look-up phase at 600 steps: the variant's first id token in 200 held-out look-ups
     # 51 (the base) -> 37 / 68 / 95 at steps 200 / 400 / 600 (a random variant: 26), the rest of the job
-    # forgotten (`figures/grpo_stage6_base/new_item_lookups.md`; EXPERIMENTS.md, section 2).
+    # forgotten (`figures/grpo_stage6_base/new_item_lookups.md`; EXPERIMENTS.md, section 2). Continued
+    # to 1,500 steps: 126 / 152 / 163 at steps 1,000 / 1,200 / 1,500; 900 steps of the variants stage
+    # after it kept the choice (165) but brought the job back to 0.313 of the 1,005 tasks, not the base's
+    # 0.382 (figures README, "The choice taught longer").
     "new-item-lookups": dict(induction_steps=0, induction_mix=0, lookup_steps=200, lookup_kind="new_item",
                              lookup_batch=16, copy_steps=0, steps=200, lr=1e-3, warmup=1, min_lr_frac=1.0,
                              max_tokens=3072, eval_every=200),
