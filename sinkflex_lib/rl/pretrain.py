@@ -210,6 +210,9 @@ PROFILES = {
     # (batch 32, lr 1e-3 constant, no induction rows). That probe's AdamW kept torch's default betas
     # (0.9, 0.999); a run of this profile has the pretraining's (0.9, 0.95). Seed 11 (`make pretrain-lists`):
     # later ids' first token 1 -> 132 of 142 in held-out list look-ups (the probe: 139) in 3.8 minutes.
+    # From NILV2 (the `new-item-lookups` comment below; seed 15): a call's new item in the episodes
+    # 0.01 -> 0.30 teacher-forced, where the `idstart` weight and the `calls` stage left it at 0.01-0.04
+    # (figures/grpo_stage6_base/README.md, "The write call's copy of the new item").
     "list-lookups": dict(induction_steps=0, induction_mix=0, lookup_steps=200, lookup_kind="list", lookup_batch=32,
                          copy_steps=0, steps=200, lr=1e-3, warmup=1, min_lr_frac=1.0, max_tokens=3072,
                          eval_every=200),
