@@ -21,7 +21,8 @@ the same stage with the first token of each item and product id weighted 20 (IDS
 Session 52: D4's stage (seed 7) after 1,500 steps of new-item look-ups alone (NILV; profile
 `new-item-lookups`, seed 14), and 600 more steps of the same stage after it (NILV2, seed 8).
 Session 53: from NILV2, the stages that might teach the write call's copy of the new item: `idstart`
-(seed 9), `calls` (seed 10, stopped after step 250) and `list-lookups` alone (seed 15), then `lists` (seed 16).
+(seed 9), `calls` (seed 10, stopped after step 250) and `list-lookups` alone (seed 15), then `lists` (seed 16),
+then 400 more steps of `lists` (seed 17).
 
     python multi_world.py keep DIR    # trim DIR's evaluate --json files ({policy}_w{S}.json, those
                                       # there) into multi_world/
@@ -75,7 +76,8 @@ GROUPS = {"base": ["base"], "P0 (3 seeds)": ["P0s0", "P0s1", "P0s2"],
           "NILV, then 600 more steps of D4's stage (NILV2, seed 8)": ["NILV2s8"],
           "NILV2, then the idstart stage (seed 9)": ["NILV2IDSs9"],
           "NILV2, then the calls stage (seed 10, step 250)": ["NILV2Cs10"],
-          "NILV2, then list look-ups alone (seed 15) and the lists stage (seed 16)": ["NILV2Ls16"]}
+          "NILV2, then list look-ups alone (seed 15) and the lists stage (seed 16)": ["NILV2Ls16"],
+          "NILV2-LL-L, then 400 more steps of the lists stage (seed 17)": ["NILV2L2s17"]}
 CONTROLS = {"P0 (3 seeds)": "P0's controls (3 seeds)", "P0 + anchor (3 seeds)": "P0 + anchor's controls (3 seeds)",
             "P0 soup": "P0's controls' soup", "P0 soup, α = 2": "P0's controls' soup, α = 2",
             "P0 on returns only (seed 0)": "P0 on returns only's control",
@@ -102,7 +104,9 @@ ADDS_TO = {"P0 + anchor (3 seeds)": "P0 (3 seeds)",   # a group against the one 
                "D4 after 1,500 steps of new-item look-ups alone (NILV, seed 7)",
            **{group: "NILV, then 600 more steps of D4's stage (NILV2, seed 8)" for group in (
                "NILV2, then the idstart stage (seed 9)", "NILV2, then the calls stage (seed 10, step 250)",
-               "NILV2, then list look-ups alone (seed 15) and the lists stage (seed 16)")}}
+               "NILV2, then list look-ups alone (seed 15) and the lists stage (seed 16)")},
+           "NILV2-LL-L, then 400 more steps of the lists stage (seed 17)":
+               "NILV2, then list look-ups alone (seed 15) and the lists stage (seed 16)"}
 SEEDED = ["P0s0", "P0s1", "P0s2", "C0s0", "C0s1", "C0s2", "A1P0s0", "A1P0s1", "A1P0s2", "A1C0s0", "A1C0s1", "A1C0s2",
           "A1L3P0s0", "A1L3P0s1", "FXs0", "FXs1", "CFXs0", "CFXs1", "OPs0", "OPs1", "COPs0", "COPs1",
           "FWs0", "FWs1", "FWs2", "CFWs0", "CFWs1", "CFWs2"]
